@@ -1,0 +1,1 @@
+"""Backend conformance kit: pytest checks any MemorySource/FeedbackSink implementation can run."""

@@ -1,0 +1,1 @@
+"""auth edge package."""

@@ -1,0 +1,1 @@
+"""grpc_api edge package."""

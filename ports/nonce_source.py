@@ -1,0 +1,13 @@
+"""Port: unpredictable per-assembly nonces for the memory tags."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Protocol
+
+
+class NonceSource(Protocol):
+    @abstractmethod
+    def new_nonce(self, n_bytes: int) -> str:
+        """A fresh nonce carrying ``n_bytes`` bytes of entropy, made of ASCII letters and digits
+        only, ``representative_nonce_length(n_bytes)`` characters long."""

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import pytest
+
+from entrypoints.settings import Settings, SettingsError, is_loopback, parse_timeout_ms
+
+
+def test_defaults_match_the_reference() -> None:
+    settings = Settings.from_env({})
+    assert settings.timeout_ms == 45.0
+    assert settings.deadline_ms == 40.0
+    assert settings.retrieval_wall_ms == 40.0
+    assert (settings.directive_timeout_ms, settings.hot_timeout_ms, settings.cold_timeout_ms) == (5.0, 15.0, 45.0)
+    assert settings.grpc_addr == "127.0.0.1:9092"
+    assert settings.http_addr == "127.0.0.1:9093"
+    assert settings.formatter_nonce_bytes == 16
+    assert settings.packer_dp_cell_ceiling == 437570
+    assert settings.uses_embedded_memory and settings.uses_embedded_directives
+    assert settings.data_path == "./.ibex-context/ibex.db"
+    assert settings.allow_insecure_bind is False
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("45ms", 45.0), ("1s", 1000.0), ("45", 45.0), (" 2.5MS ", 2.5), (30, 30.0)])
+def test_timeouts_parse_like_the_reference(raw: object, expected: float) -> None:
+    assert parse_timeout_ms(raw) == expected
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", float("nan"), float("inf"), "0", "-5", "abc", "5m"])
+def test_bad_timeouts_are_rejected(raw: object) -> None:
+    with pytest.raises(ValueError):
+        parse_timeout_ms(raw)
+
+
+def test_boolean_timeout_is_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        parse_timeout_ms(True)
+
+
+def test_bad_deadline_names_the_variable_in_one_line() -> None:
+    with pytest.raises(SettingsError) as excinfo:
+        Settings.from_env({"IBEX_CONTEXT_DEADLINE_MS": "abc"})
+    message = str(excinfo.value)
+    assert message.startswith("IBEX_CONTEXT_DEADLINE_MS:")
+    assert "45ms" in message and "\n" not in message
+
+
+def test_timeout_alias_and_wall() -> None:
+    settings = Settings.from_env({"IBEX_CONTEXT_TIMEOUT_MS": "30", "IBEX_CONTEXT_DEADLINE_MS": "40ms"})
+    assert settings.retrieval_wall_ms == 30.0
+    assert Settings.from_env({"IBEX_CONTEXT_TIMEOUT": "1s"}).timeout_ms == 1000.0
+
+
+@pytest.mark.parametrize(("name", "raw"), [
+    ("IBEX_CONTEXT_FORMATTER_NONCE_BYTES", "65"),
+    ("IBEX_CONTEXT_FORMATTER_NONCE_BYTES", "0"),
+    ("IBEX_CONTEXT_PACKER_DP_CELL_CEILING", "0"),
+    ("IBEX_CONTEXT_PACKER_MAX_CONSECUTIVE_SKIPS", "-1"),
+    ("IBEX_CONTEXT_GRPC_ADDR", "nonsense"),
+    ("IBEX_CONTEXT_HTTP_ADDR", "127.0.0.1:99999"),
+    ("IBEX_CONTEXT_ALLOW_INSECURE_BIND", "maybe"),
+    ("IBEX_CONTEXT_HOT_TIMEOUT_MS", "-1"),
+])
+def test_each_bad_value_names_its_variable(name: str, raw: str) -> None:
+    with pytest.raises(SettingsError, match=f"^{name}"):
+        Settings.from_env({name: raw})
+
+
+def test_memory_url_requires_a_token() -> None:
+    with pytest.raises(SettingsError, match="IBEX_CONTEXT_MEMORY_API_TOKEN"):
+        Settings.from_env({"IBEX_CONTEXT_MEMORY_BASE_URL": "http://127.0.0.1:8005"})
+    settings = Settings.from_env({"IBEX_CONTEXT_MEMORY_BASE_URL": "http://127.0.0.1:8005", "IBEX_CONTEXT_MEMORY_API_TOKEN": "t"})
+    assert not settings.uses_embedded_memory
+
+
+def test_tls_cert_and_key_go_together() -> None:
+    with pytest.raises(SettingsError, match="IBEX_CONTEXT_TLS_CERT"):
+        Settings.from_env({"IBEX_CONTEXT_TLS_CERT": "/tmp/cert.pem"})
+
+
+def test_insecure_override_parses_booleans() -> None:
+    assert Settings.from_env({"IBEX_CONTEXT_ALLOW_INSECURE_BIND": "true"}).allow_insecure_bind
+    assert not Settings.from_env({"IBEX_CONTEXT_ALLOW_INSECURE_BIND": "0"}).allow_insecure_bind
+
+
+@pytest.mark.parametrize(("addr", "loopback"), [
+    ("127.0.0.1:9092", True), ("localhost:9092", True), ("[::1]:9092", True),
+    ("0.0.0.0:9092", False), ("10.0.0.5:9092", False), ("[::]:9092", False),
+])
+def test_loopback_detection(addr: str, loopback: bool) -> None:
+    assert is_loopback(addr) is loopback
