@@ -1,0 +1,121 @@
+"""Candidate scoring: the interim score, the weighted schema, dedupe and the best-N cap.
+
+* Interim (``interim_v1``, the reference): ``0.85 * similarity + 0.15 * confidence``.
+* Weighted (``weighted_v1``, when any request weight is > 0): the normalised weighted sum
+  ``(wr*relevance + wt*recency + wu*usefulness + wc*confidence) / (wr + wt + wu + wc)`` with
+  relevance = similarity, recency = ``exp(-ln2 * age_days / half_life(category))`` (half-lives in
+  CATEGORY_HALF_LIFE_DAYS, unknown categories 14 days, unknown age 0.0, future dates 1.0),
+  usefulness = the source's usefulness score (0.5, a neutral prior, when the source has none).
+
+Similarity outside [0, 1] (a negative cosine, say) is clamped; confidence must already be in
+[0, 1] (sources validate it). Every score is in [0, 1].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+import attrs
+
+from domain.model.assembly import SCORE_SCHEMA_INTERIM, SCORE_SCHEMA_WEIGHTED, AssemblyOptions
+from domain.model.memory import MemoryHit
+
+INTERIM_SIMILARITY_WEIGHT = 0.85
+INTERIM_CONFIDENCE_WEIGHT = 0.15
+CATEGORY_HALF_LIFE_DAYS = {
+    "factual": 180.0,
+    "procedural": 120.0,
+    "preference": 45.0,
+    "behavioral": 30.0,
+    "episodic": 14.0,
+}
+UNKNOWN_CATEGORY_HALF_LIFE_DAYS = 14.0
+NEUTRAL_USEFULNESS = 0.5
+_SECONDS_PER_DAY = 86400.0
+
+
+@attrs.frozen
+class ScoredCandidate:
+    hit: MemoryHit
+    score: float
+    relevance: float
+    recency: float
+    usefulness: float
+
+    @property
+    def memory_id(self) -> str:
+        return self.hit.memory_id
+
+    @property
+    def canonical_key(self) -> tuple[float, str]:
+        return (-self.score, self.memory_id)
+
+
+def clamp_unit(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+def recency_factor(category: str, created_at: datetime | None, now: datetime) -> float:
+    if created_at is None:
+        return 0.0
+    age_days = max(0.0, (now - created_at).total_seconds() / _SECONDS_PER_DAY)
+    half_life = CATEGORY_HALF_LIFE_DAYS.get(category, UNKNOWN_CATEGORY_HALF_LIFE_DAYS)
+    return math.exp(-math.log(2.0) * age_days / half_life)
+
+
+def score_schema(options: AssemblyOptions) -> str:
+    return SCORE_SCHEMA_WEIGHTED if options.uses_weights else SCORE_SCHEMA_INTERIM
+
+
+def score_hit(hit: MemoryHit, options: AssemblyOptions, now: datetime) -> ScoredCandidate:
+    relevance = clamp_unit(hit.similarity)
+    recency = recency_factor(hit.category, hit.created_at, now)
+    usefulness = NEUTRAL_USEFULNESS if hit.usefulness is None else clamp_unit(hit.usefulness)
+    confidence = clamp_unit(hit.confidence)
+    if options.uses_weights:
+        weights = (
+            (max(0.0, options.relevance_weight), relevance),
+            (max(0.0, options.recency_weight), recency),
+            (max(0.0, options.usefulness_weight), usefulness),
+            (max(0.0, options.confidence_weight), confidence),
+        )
+        total = sum(w for w, _ in weights)
+        score = sum(w * v for w, v in weights) / total
+    else:
+        score = INTERIM_SIMILARITY_WEIGHT * relevance + INTERIM_CONFIDENCE_WEIGHT * confidence
+    return ScoredCandidate(hit=hit, score=clamp_unit(score), relevance=relevance, recency=recency, usefulness=usefulness)
+
+
+def score_hits(hits: Iterable[MemoryHit], options: AssemblyOptions, now: datetime) -> tuple[ScoredCandidate, ...]:
+    return tuple(score_hit(hit, options, now) for hit in hits)
+
+
+def dedupe(candidates: Sequence[ScoredCandidate]) -> tuple[tuple[ScoredCandidate, ...], tuple[ScoredCandidate, ...]]:
+    """Keep one candidate per memory id: the higher score, then the lower rank, then the first.
+
+    Returns (kept in first-appearance order, losers).
+    """
+    best: dict[str, ScoredCandidate] = {}
+    order: list[str] = []
+    losers: list[ScoredCandidate] = []
+    for candidate in candidates:
+        incumbent = best.get(candidate.memory_id)
+        if incumbent is None:
+            best[candidate.memory_id] = candidate
+            order.append(candidate.memory_id)
+        elif (candidate.score, -candidate.hit.rank) > (incumbent.score, -incumbent.hit.rank):
+            best[candidate.memory_id] = candidate
+            losers.append(incumbent)
+        else:
+            losers.append(candidate)
+    return tuple(best[key] for key in order), tuple(losers)
+
+
+def keep_best(candidates: Sequence[ScoredCandidate], max_memories: int) -> tuple[tuple[ScoredCandidate, ...], tuple[ScoredCandidate, ...]]:
+    """The best ``max_memories`` by (score desc, id asc) and the rest; 0 means no cap."""
+    ranked = sorted(candidates, key=lambda c: c.canonical_key)
+    if max_memories <= 0:
+        return tuple(ranked), ()
+    return tuple(ranked[:max_memories]), tuple(ranked[max_memories:])

@@ -1,0 +1,246 @@
+"""AssembleContext: retrieve -> classify -> budget -> score -> pack -> format -> explain.
+
+Business rules:
+- Unknown model or out-of-bounds request: rejected before any I/O (InvalidRequestError /
+  UnknownModelError).
+- Retrieval runs three branches under ``min(wall, caller deadline - headroom)``; a missing source
+  degrades the answer (L1: one memory side unusable, L2: both), never fails it. A side is usable
+  when it ran and succeeded; a cold side skipped for a blank query counts as usable (nothing to
+  search), one skipped on request does not. Directive failures never change the level.
+- Only the request's own tenant's memories can be packed (tenant fence before scoring).
+- The packer charges each memory its whole wrapped element plus its separator and never exceeds
+  the usable budget; the final text is counted with the model's counter and memories are dropped
+  (lowest score first) in the unexpected case it would exceed window - reserve - safety.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from domain.budget import BudgetRequest, TokenBudget, calculate_budget, memory_costs
+from domain.formatter import FormatRequest, FormattableMemory, format_context, memory_element
+from domain.model.assembly import (
+    DEGRADATION_L0,
+    DEGRADATION_L1,
+    DEGRADATION_L2,
+    OUTCOME_SKIPPED,
+    OUTCOME_SUCCESS,
+    AssembleRequest,
+    AssemblyMetrics,
+    AssemblyResult,
+)
+from domain.model.memory import CallContext
+from domain.packer import PackItem, PackResult, pack
+from domain.scoring import ScoredCandidate, score_schema
+from domain.usecases.candidates import CandidatePool, build_pool, packed_records
+from domain.usecases.retrieval import BRANCH_COLD, BRANCH_HOT, Retriever, RetrievalOutcome, RetrievalPlan
+from domain.usecases.validation import validate_assemble
+from ports.clock import Clock
+from ports.directive_store import DirectiveStore
+from ports.memory_source import MemorySource
+from ports.model_catalog import ModelCatalog
+from ports.nonce_source import NonceSource
+from ports.token_counter import TokenCounter, TokenCounters
+
+_BLANK_QUERY = "blank_query"
+
+
+@attrs.frozen
+class AssemblyConfig:
+    wall_s: float = 0.040
+    directive_timeout_s: float = 0.005
+    hot_timeout_s: float = 0.015
+    cold_timeout_s: float = 0.045
+    nonce_bytes: int = 16
+    hot_limit: int = 20
+    cold_limit: int = 10
+    min_confidence: float = 0.0
+    deadline_headroom_s: float = 0.005  # kept for packing and formatting before the caller's deadline
+
+
+@attrs.frozen
+class _Timings:
+    budget_ms: float
+    ranking_ms: float
+    packing_ms: float
+    formatting_ms: float
+    total_ms: float
+
+
+@attrs.frozen
+class _Packed:
+    selected: tuple[ScoredCandidate, ...]
+    result: PackResult
+    costs: tuple[int, ...]
+    text: str
+    tokens_used: int
+
+
+class AssembleContext:
+    def __init__(
+        self,
+        *,
+        directives: DirectiveStore,
+        memories: MemorySource,
+        catalog: ModelCatalog,
+        counters: TokenCounters,
+        clock: Clock,
+        nonces: NonceSource,
+        config: AssemblyConfig = AssemblyConfig(),
+    ) -> None:
+        self._retriever = Retriever(directives, memories, clock)
+        self._catalog = catalog
+        self._counters = counters
+        self._clock = clock
+        self._nonces = nonces
+        self._config = config
+
+    async def execute(self, request: AssembleRequest) -> AssemblyResult:
+        started = self._clock.monotonic()
+        request = validate_assemble(request)
+        spec = self._catalog.for_model(request.model)
+        family = self._catalog.family(spec.tokenizer_family)
+        counter = self._counters.for_kind(family.estimate_kind)
+        retrieval = await self._retriever.retrieve(self._plan(request))
+        level = degradation_level(retrieval)
+
+        mark = self._clock.monotonic()
+        nonce = self._nonces.new_nonce(self._config.nonce_bytes)
+        directive = retrieval.directive.content if retrieval.directive else ""
+        budget = calculate_budget(
+            BudgetRequest(spec, family, nonce, directive, request.recent_messages, request.tool_schemas, request.available_tokens),
+            counter,
+        )
+        budget_ms, mark = self._lap(mark)
+        pool = self._pool(request, retrieval, level)
+        ranking_ms, mark = self._lap(mark)
+        costs, result = self._pack(pool, budget, counter, nonce)
+        packing_ms, mark = self._lap(mark)
+        packed = self._format(request, pool, budget, counter, nonce, directive, costs, result)
+        formatting_ms, _ = self._lap(mark)
+        timings = _Timings(budget_ms, ranking_ms, packing_ms, formatting_ms, (self._clock.monotonic() - started) * 1000.0)
+        return self._result(request, retrieval, level, budget, pool, packed, nonce, timings)
+
+    def _plan(self, request: AssembleRequest) -> RetrievalPlan:
+        cfg = self._config
+        wall_s = cfg.wall_s
+        if request.deadline_s is not None:
+            wall_s = min(wall_s, request.deadline_s - cfg.deadline_headroom_s)
+        return RetrievalPlan(
+            org_id=request.org_id, agent_id=request.agent_id, query=request.query,
+            call=CallContext(request.request_id, request.trace_id), wall_s=max(0.0, wall_s),
+            directive_timeout_s=cfg.directive_timeout_s, hot_timeout_s=cfg.hot_timeout_s,
+            cold_timeout_s=cfg.cold_timeout_s, hot_limit=cfg.hot_limit, cold_limit=cfg.cold_limit,
+            min_confidence=cfg.min_confidence, skip_hot=request.options.skip_hot_memories,
+            skip_cold=request.options.skip_cold_memories,
+        )
+
+    def _pool(self, request: AssembleRequest, retrieval: RetrievalOutcome, level: str) -> CandidatePool:
+        if level == DEGRADATION_L2:
+            hits, dropped = (), ()
+        else:
+            hits = retrieval.hot.hits + retrieval.cold.hits
+            dropped = retrieval.hot.dropped + retrieval.cold.dropped
+        return build_pool(
+            org_id=request.org_id, agent_id=request.agent_id, hits=hits, dropped=dropped,
+            options=request.options, now=self._clock.now(),
+        )
+
+    @staticmethod
+    def _pack(pool: CandidatePool, budget: TokenBudget, counter: TokenCounter, nonce: str) -> tuple[tuple[int, ...], PackResult]:
+        elements = [memory_element(nonce, c.memory_id, c.hit.category, c.hit.content) for c in pool.ranked]
+        costs = memory_costs(counter, elements)
+        items = [PackItem(key=c.memory_id, score=c.score, cost=cost) for c, cost in zip(pool.ranked, costs, strict=True)]
+        return costs, pack(items, budget.usable_budget)
+
+    @staticmethod
+    def _format(
+        request: AssembleRequest, pool: CandidatePool, budget: TokenBudget, counter: TokenCounter,
+        nonce: str, directive: str, costs: tuple[int, ...], result: PackResult,
+    ) -> _Packed:
+        chosen = set(result.selected)
+        selected = [c for c in pool.ranked if c.memory_id in chosen]
+        while True:
+            text = format_context(
+                FormatRequest(
+                    nonce=nonce, directive=directive, messages=request.recent_messages,
+                    memories=[FormattableMemory(c.memory_id, c.hit.category, c.hit.content) for c in selected],
+                    tool_schemas=request.tool_schemas,
+                )
+            ).text
+            tokens_used = counter.count(text)
+            if tokens_used <= budget.prompt_limit or not selected:
+                break
+            selected.pop()  # the lowest score is last in canonical order
+        if len(selected) != len(result.selected):
+            result = _shrink(result, [c.memory_id for c in selected], pool.ranked, costs)
+        return _Packed(tuple(selected), result, costs, text, tokens_used)
+
+    def _lap(self, mark: float) -> tuple[float, float]:
+        now = self._clock.monotonic()
+        return (now - mark) * 1000.0, now
+
+    def _result(
+        self, request: AssembleRequest, retrieval: RetrievalOutcome, level: str, budget: TokenBudget,
+        pool: CandidatePool, packed: _Packed, nonce: str, timings: _Timings,
+    ) -> AssemblyResult:
+        branch = {b.name: b for b in retrieval.branches}
+        records = packed_records(pool.ranked, packed.costs, packed.result.selected) + pool.explained
+        return AssemblyResult(
+            assembled_context=packed.text,
+            tokens_used=packed.tokens_used,
+            memories_included=len(packed.selected),
+            memories_used=records,
+            directive_tokens=budget.directive_tokens,
+            history_tokens=budget.messages_tokens,
+            memory_tokens=packed.result.total_cost,
+            metrics=AssemblyMetrics(
+                budget_calculation_ms=timings.budget_ms,
+                directive_load_ms=branch["directive"].latency_ms,
+                hot_memory_retrieval_ms=branch[BRANCH_HOT].latency_ms,
+                cold_memory_retrieval_ms=branch[BRANCH_COLD].latency_ms,
+                ranking_ms=timings.ranking_ms,
+                packing_ms=timings.packing_ms,
+                formatting_ms=timings.formatting_ms,
+                total_ms=timings.total_ms,
+                candidates_evaluated=packed.result.evaluated,
+            ),
+            score_schema=score_schema(request.options),
+            degradation_level=level,
+            branches=retrieval.branches,
+            usable_budget=budget.usable_budget,
+            estimate_kind=budget.estimate_kind,
+            packing_path=packed.result.path,
+            nonce=nonce,
+            request_id=request.request_id,
+            trace_id=request.trace_id,
+            span_id=request.span_id,
+        )
+
+
+def degradation_level(retrieval: RetrievalOutcome) -> str:
+    usable = sum(_side_usable(retrieval, name) for name in (BRANCH_HOT, BRANCH_COLD))
+    return {2: DEGRADATION_L0, 1: DEGRADATION_L1}.get(usable, DEGRADATION_L2)
+
+
+def _side_usable(retrieval: RetrievalOutcome, name: str) -> bool:
+    status = retrieval.status(name)
+    if status.outcome == OUTCOME_SKIPPED:
+        return status.detail == _BLANK_QUERY
+    return status.outcome == OUTCOME_SUCCESS
+
+
+def _shrink(result: PackResult, keep: list[str], ranked: tuple[ScoredCandidate, ...], costs: tuple[int, ...]) -> PackResult:
+    """The pack result after the final-count guard dropped memories (moved to budget_excluded)."""
+    kept = set(keep)
+    cost = dict(zip((c.memory_id for c in ranked), costs, strict=True))
+    score = {c.memory_id: c.score for c in ranked}
+    dropped = [k for k in result.selected if k not in kept]
+    return attrs.evolve(
+        result,
+        selected=tuple(k for k in result.selected if k in kept),
+        total_cost=sum(cost[k] for k in kept),
+        total_score=sum(score[k] for k in kept),
+        budget_excluded=tuple(sorted((*result.budget_excluded, *dropped), key=lambda k: (-score[k], k))),
+        budget_reached=True,
+    )

@@ -1,0 +1,160 @@
+"""Three concurrent, deadline-bounded retrieval branches: directive, hot memories, cold search.
+
+Each branch has its own timeout; all three run under one outer wall. Branches still running at
+the wall are cancelled (outcome ``timeout``, detail ``outer_deadline``); completed ones are kept.
+A branch never raises: its failure becomes an outcome (``timeout``, ``error``, ``denied``) with a
+detail, and ``skipped`` when the request asked not to run it or there is nothing to search for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+
+from domain.model.assembly import (
+    OUTCOME_DENIED,
+    OUTCOME_ERROR,
+    OUTCOME_SKIPPED,
+    OUTCOME_SUCCESS,
+    OUTCOME_TIMEOUT,
+    BranchStatus,
+)
+from domain.model.directive import Directive
+from domain.model.memory import CallContext, HotQuery, MemoryBatch, SearchQuery
+from ports.clock import Clock
+from ports.directive_store import DirectiveStore
+from ports.errors import (
+    DirectiveStoreError,
+    MemorySourceDeniedError,
+    MemorySourceError,
+    MemorySourceTimeoutError,
+)
+from ports.memory_source import MemorySource
+
+BRANCH_DIRECTIVE = "directive"
+BRANCH_HOT = "hot"
+BRANCH_COLD = "cold"
+
+
+@attrs.frozen
+class RetrievalPlan:
+    org_id: str
+    agent_id: str
+    query: str
+    call: CallContext
+    wall_s: float
+    directive_timeout_s: float
+    hot_timeout_s: float
+    cold_timeout_s: float
+    hot_limit: int = 20
+    cold_limit: int = 10
+    min_confidence: float = 0.0
+    skip_hot: bool = False
+    skip_cold: bool = False
+
+
+@attrs.frozen
+class RetrievalOutcome:
+    directive: Directive | None
+    hot: MemoryBatch
+    cold: MemoryBatch
+    branches: tuple[BranchStatus, ...]
+
+    def status(self, name: str) -> BranchStatus:
+        return next(branch for branch in self.branches if branch.name == name)
+
+
+@attrs.frozen
+class _BranchResult:
+    status: BranchStatus
+    value: Any = None
+
+
+class Retriever:
+    """Runs the three branches of one assembly against the directive store and memory source."""
+
+    def __init__(self, directives: DirectiveStore, memories: MemorySource, clock: Clock) -> None:
+        self._directives = directives
+        self._memories = memories
+        self._clock = clock
+
+    async def retrieve(self, plan: RetrievalPlan) -> RetrievalOutcome:
+        started = self._clock.monotonic()
+        skipped = self._skipped(plan)
+        tasks = {
+            name: asyncio.ensure_future(self._run(name, factory, timeout_s))
+            for name, factory, timeout_s in self._branches(plan)
+            if name not in skipped
+        }
+        try:
+            if tasks:
+                await asyncio.wait(tasks.values(), timeout=max(0.0, plan.wall_s))
+        finally:
+            pending = [task for task in tasks.values() if not task.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        wall_ms = (self._clock.monotonic() - started) * 1000.0
+        results = {name: skipped[name] for name in skipped}
+        for name, task in tasks.items():
+            results[name] = self._collect(name, task, wall_ms)
+        return RetrievalOutcome(
+            directive=results[BRANCH_DIRECTIVE].value,
+            hot=results[BRANCH_HOT].value or MemoryBatch(),
+            cold=results[BRANCH_COLD].value or MemoryBatch(),
+            branches=tuple(results[name].status for name in (BRANCH_DIRECTIVE, BRANCH_HOT, BRANCH_COLD)),
+        )
+
+    def _branches(self, plan: RetrievalPlan) -> list[tuple[str, Callable[[], Awaitable[Any]], float]]:
+        hot_query = HotQuery(plan.org_id, plan.agent_id, plan.hot_limit, plan.min_confidence, plan.call)
+        cold_query = SearchQuery(
+            plan.org_id, plan.agent_id, plan.query, plan.cold_limit, None, plan.min_confidence, call=plan.call
+        )
+        return [
+            (BRANCH_DIRECTIVE, lambda: self._directives.get(plan.org_id, plan.agent_id, timeout_s=plan.directive_timeout_s), plan.directive_timeout_s),
+            (BRANCH_HOT, lambda: self._memories.hot(hot_query, timeout_s=plan.hot_timeout_s), plan.hot_timeout_s),
+            (BRANCH_COLD, lambda: self._memories.search(cold_query, timeout_s=plan.cold_timeout_s), plan.cold_timeout_s),
+        ]
+
+    @staticmethod
+    def _skipped(plan: RetrievalPlan) -> dict[str, _BranchResult]:
+        skipped: dict[str, _BranchResult] = {}
+        if plan.skip_hot:
+            skipped[BRANCH_HOT] = _BranchResult(BranchStatus(BRANCH_HOT, OUTCOME_SKIPPED, 0.0, "skip_hot_memories"))
+        if plan.skip_cold:
+            skipped[BRANCH_COLD] = _BranchResult(BranchStatus(BRANCH_COLD, OUTCOME_SKIPPED, 0.0, "skip_cold_memories"))
+        elif not plan.query.strip():
+            skipped[BRANCH_COLD] = _BranchResult(BranchStatus(BRANCH_COLD, OUTCOME_SKIPPED, 0.0, "blank_query"))
+        return skipped
+
+    async def _run(self, name: str, factory: Callable[[], Awaitable[Any]], timeout_s: float) -> _BranchResult:
+        started = self._clock.monotonic()
+
+        def status(outcome: str, detail: str = "") -> BranchStatus:
+            return BranchStatus(name, outcome, (self._clock.monotonic() - started) * 1000.0, detail)
+
+        try:
+            async with asyncio.timeout(max(0.0, timeout_s)):
+                value = await factory()
+        except TimeoutError:
+            return _BranchResult(status(OUTCOME_TIMEOUT, f"{name}_timeout"))
+        except MemorySourceTimeoutError:
+            return _BranchResult(status(OUTCOME_TIMEOUT, f"{name}_source_timeout"))
+        except MemorySourceDeniedError as exc:
+            return _BranchResult(status(OUTCOME_DENIED, f"denied_http_{exc.status_code}" if exc.status_code else "denied"))
+        except (MemorySourceError, DirectiveStoreError) as exc:
+            outcome = OUTCOME_TIMEOUT if "timeout" in type(exc).__name__.lower() else OUTCOME_ERROR
+            return _BranchResult(status(outcome, str(exc) or type(exc).__name__))
+        except Exception as exc:  # a branch never fails the assembly
+            return _BranchResult(status(OUTCOME_ERROR, f"unexpected_{type(exc).__name__}"))
+        return _BranchResult(status(OUTCOME_SUCCESS), value)
+
+    @staticmethod
+    def _collect(name: str, task: asyncio.Future, wall_ms: float) -> _BranchResult:
+        if task.done() and not task.cancelled():
+            return task.result()
+        return _BranchResult(BranchStatus(name, OUTCOME_TIMEOUT, wall_ms, "outer_deadline"))

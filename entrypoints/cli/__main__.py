@@ -1,0 +1,3 @@
+from entrypoints.cli import main
+
+raise SystemExit(main())
