@@ -11,6 +11,10 @@ class DirectiveStoreError(PortError):
     """The directive store failed (unreachable, timed out, or returned a malformed value)."""
 
 
+class DirectiveStoreTimeoutError(DirectiveStoreError):
+    """The directive store did not answer within the call's timeout."""
+
+
 class MemorySourceError(PortError):
     """Base for memory source failures. ``status_code`` is the upstream HTTP status when any."""
 

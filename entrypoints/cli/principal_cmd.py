@@ -132,7 +132,9 @@ def parse_time(flag: str, text: str) -> datetime:
     except ValueError:
         moment = None
     if moment is None or moment.tzinfo is None:
-        raise CliError(f"{flag}: expected an ISO 8601 time with a UTC offset such as 2025-01-01T00:00:00Z, got {text!r}")
+        raise CliError(
+            f"{flag}: expected an ISO 8601 time with a UTC offset such as 2025-01-01T00:00:00Z, got {text!r}"
+        )
     return moment
 
 

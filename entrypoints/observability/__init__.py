@@ -1,0 +1,1 @@
+"""Metrics and structured logs shared by the gRPC and HTTP edges."""

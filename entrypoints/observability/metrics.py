@@ -1,0 +1,69 @@
+"""Prometheus metrics of the service (one registry per process, passed to both edges)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from domain.model.assembly import AssemblyResult
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
+_TOKEN_BUCKETS = (0, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
+
+
+class ServiceMetrics:
+    """Every metric the service exports; ``render()`` yields the Prometheus text format."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("ibex_context_requests", "Requests by surface, method and status code", ("surface", "method", "code"), registry=r)
+        self.request_latency = Histogram("ibex_context_request_latency_seconds", "Request latency", ("surface", "method"), buckets=_LATENCY_BUCKETS, registry=r)
+        self.in_flight_requests = Gauge("ibex_context_in_flight_requests", "Requests being served", ("surface",), registry=r)
+        self.assemblies = Counter("ibex_context_assemblies", "Assemblies by degradation level", ("level",), registry=r)
+        self.branch_outcomes = Counter("ibex_context_branch_outcomes", "Retrieval branch outcomes", ("branch", "outcome"), registry=r)
+        self.branch_latency = Histogram("ibex_context_branch_latency_seconds", "Retrieval branch latency", ("branch",), buckets=_LATENCY_BUCKETS, registry=r)
+        self.packing_paths = Counter("ibex_context_packing_path", "Packer paths taken", ("path",), registry=r)
+        self.usable_budget = Histogram("ibex_context_usable_budget_tokens", "Memory budget after all reserves", buckets=_TOKEN_BUCKETS, registry=r)
+        self.tokens_used = Histogram("ibex_context_tokens_used", "Tokens of the assembled context", buckets=_TOKEN_BUCKETS, registry=r)
+        self.memory_tokens = Histogram("ibex_context_memory_tokens", "Tokens charged for included memories", buckets=_TOKEN_BUCKETS, registry=r)
+        self.candidates = Counter("ibex_context_candidates", "Memory candidates by disposition", ("disposition",), registry=r)
+        self.auth_failures = Counter("ibex_context_auth_failures", "Rejected callers by reason", ("reason",), registry=r)
+        self.feedback_updates = Counter("ibex_context_feedback_updates", "Feedback writes by result", ("result",), registry=r)
+
+    def observe_assembly(self, result: AssemblyResult) -> None:
+        self.assemblies.labels(result.degradation_level).inc()
+        for branch in result.branches:
+            self.branch_outcomes.labels(branch.name, branch.outcome).inc()
+            if branch.outcome != "skipped":
+                self.branch_latency.labels(branch.name).observe(branch.latency_ms / 1000.0)
+        self.packing_paths.labels(result.packing_path).inc()
+        self.usable_budget.observe(result.usable_budget)
+        self.tokens_used.observe(result.tokens_used)
+        self.memory_tokens.observe(result.memory_tokens)
+        for record in result.memories_used:
+            self.candidates.labels(record.detail or record.exclusion).inc()
+
+    def observe_request(self, surface: str, method: str, code: str, seconds: float) -> None:
+        self.requests.labels(surface, method, code).inc()
+        self.request_latency.labels(surface, method).observe(seconds)
+
+    def auth_failure(self, reason: str) -> None:
+        self.auth_failures.labels(reason).inc()
+
+    def feedback_result(self, result: str) -> None:
+        self.feedback_updates.labels(result).inc()
+
+    @contextmanager
+    def in_flight(self, surface: str) -> Iterator[None]:
+        gauge = self.in_flight_requests.labels(surface)
+        gauge.inc()
+        try:
+            yield
+        finally:
+            gauge.dec()
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
