@@ -1,0 +1,217 @@
+"""Fault switches of the loopback memory service, per endpoint ("hot", "search", "feedback").
+
+Thread-safe: tests flip them from the test's thread while the server answers in its own.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import struct
+import threading
+import uuid
+from collections.abc import Callable
+
+import attrs
+from aiohttp import web
+
+from tests.support.memory_server.records import NAMESPACE, StoredMemory
+
+ENDPOINTS = ("hot", "search", "feedback")
+FOREIGN_ORG_ID = str(uuid.uuid5(NAMESPACE, "foreign-org"))
+FOREIGN_AGENT_ID = str(uuid.uuid5(NAMESPACE, "foreign-agent"))
+BAD_ITEM_KINDS = (
+    "rank_zero", "rank_bool", "bad_uuid", "org_not_uuid", "confidence_high", "similarity_nan",
+    "similarity_inf", "similarity_bool", "content_not_string", "category_not_string",
+    "missing_source", "missing_memory", "memory_not_object", "not_object", "usefulness_high",
+    "created_at_bad", "retrieval_count_negative", "tags_not_list",
+)
+MALFORMED_BODIES = {
+    "not_json": b"<html>upstream error</html>",
+    "empty": b"",
+    "truncated": b'{"data": {"results": [{"memory": ',
+    "array": b"[]",
+    "no_data": b"{}",
+    "data_not_object": b'{"data": []}',
+    "no_results": b'{"data": {}}',
+    "results_not_list": b'{"data": {"results": {}}}',
+}
+_INVALID_UTF8_MARK = "@@invalid-utf8@@"
+
+
+@attrs.define
+class Faults:
+    """Switches for one endpoint. ``None`` counts mean "every request until cleared"."""
+
+    latency_ms: float = 0.0
+    jitter_ms: float = 0.0
+    slow_ms: float = 0.0
+    slow_fraction: float = 0.0
+    status: int | None = None
+    status_times: int | None = None
+    malformed_body: str | None = None
+    bad_items: tuple[str, ...] = ()
+    foreign_items: int = 0
+    invalid_text: str | None = None
+    reset: bool = False
+    reset_times: int | None = None
+    reset_after_apply: bool = False
+
+
+@attrs.frozen
+class Plan:
+    """What to do to one request, decided when it arrives."""
+
+    latency_s: float
+    status: int | None
+    reset: bool
+    faults: Faults
+
+
+class FaultSwitches:
+    """The switches MemoryServer offers (it inherits them): each takes an endpoint name."""
+
+    def __init__(self, seed: int) -> None:
+        self._faults_lock = threading.Lock()
+        self._random = random.Random(seed)
+        self._faults = {name: Faults() for name in ENDPOINTS}
+
+    def set_latency(self, endpoint: str, ms: float, *, jitter_ms: float = 0.0,
+                    slow_ms: float = 0.0, slow_fraction: float = 0.0) -> None:
+        """Delay answers by ``ms`` + uniform(0, jitter_ms); a ``slow_fraction`` of them by ``slow_ms``."""
+        self._set(endpoint, latency_ms=ms, jitter_ms=jitter_ms, slow_ms=slow_ms, slow_fraction=slow_fraction)
+
+    def force_status(self, endpoint: str, status: int, *, times: int | None = None) -> None:
+        """Answer ``status`` (before authentication) for the next ``times`` requests, or all."""
+        self._set(endpoint, status=status, status_times=times)
+
+    def malform_body(self, endpoint: str, kind: str) -> None:
+        if kind not in MALFORMED_BODIES:
+            raise ValueError(f"unknown malformed body {kind!r}; expected one of {sorted(MALFORMED_BODIES)}")
+        self._set(endpoint, malformed_body=kind)
+
+    def inject_bad_items(self, endpoint: str, *kinds: str) -> None:
+        """Put one malformed item per kind at the head of the results (before the good ones)."""
+        unknown = set(kinds) - set(BAD_ITEM_KINDS)
+        if unknown:
+            raise ValueError(f"unknown bad item kinds {sorted(unknown)}")
+        self._set(endpoint, bad_items=kinds)
+
+    def inject_foreign_items(self, endpoint: str, count: int) -> None:
+        """Append ``count`` valid items of another tenant (alternately foreign org, foreign agent)."""
+        self._set(endpoint, foreign_items=count)
+
+    def inject_invalid_text(self, endpoint: str, kind: str = "surrogate") -> None:
+        """Corrupt the first item's content: "surrogate" (a ``\\ud800`` escape) or "utf8" (raw 0xff)."""
+        if kind not in ("surrogate", "utf8"):
+            raise ValueError(f"unknown invalid text kind {kind!r}")
+        self._set(endpoint, invalid_text=kind)
+
+    def reset_connections(self, endpoint: str, *, times: int | None = None, after_apply: bool = False) -> None:
+        """Close the TCP connection (RST) instead of answering; feedback may be applied first."""
+        self._set(endpoint, reset=True, reset_times=times, reset_after_apply=after_apply)
+
+    def clear_faults(self) -> None:
+        with self._faults_lock:
+            self._faults = {name: Faults() for name in ENDPOINTS}
+
+    def _plan(self, endpoint: str) -> Plan:
+        """Draw this request's latency and consume one use of the counted switches."""
+        with self._faults_lock:
+            f = self._faults[endpoint]
+            latency = f.latency_ms + self._random.uniform(0.0, f.jitter_ms)
+            if f.slow_fraction and self._random.random() < f.slow_fraction:
+                latency = f.slow_ms
+            status_now, status_left = _take(f.status_times) if f.status else (False, None)
+            reset_now, reset_left = _take(f.reset_times) if f.reset else (False, None)
+            self._faults[endpoint] = attrs.evolve(
+                f, status=f.status if status_left != 0 else None, status_times=status_left,
+                reset=f.reset and reset_left != 0, reset_times=reset_left,
+            )
+        return Plan(latency / 1000.0, f.status if status_now else None, reset_now, f)
+
+    def _set(self, endpoint: str, **changes: object) -> None:
+        if endpoint not in ENDPOINTS:
+            raise ValueError(f"unknown endpoint {endpoint!r}; expected one of {ENDPOINTS}")
+        with self._faults_lock:
+            self._faults[endpoint] = attrs.evolve(self._faults[endpoint], **changes)
+
+
+def _take(count: int | None) -> tuple[bool, int | None]:
+    """Consume one use of a possibly counted switch: (applies now, remaining count)."""
+    if count is None:
+        return True, None
+    return (count > 0), max(count - 1, 0)
+
+
+def reset_connection(request: web.Request) -> web.Response:
+    """Abort the connection with a TCP RST; aiohttp then has nowhere to write the answer."""
+    transport = request.transport
+    if transport is not None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+    return web.Response(status=500)
+
+
+def corrupt(answer: web.Response, faults: Faults, endpoint: str) -> web.Response:
+    """Apply the body and item faults to a good answer."""
+    if faults.malformed_body is not None:
+        return web.Response(body=MALFORMED_BODIES[faults.malformed_body], content_type="application/json")
+    needs_items = faults.bad_items or faults.foreign_items or faults.invalid_text
+    if endpoint == "feedback" or answer.status != 200 or not needs_items:
+        return answer
+    results = json.loads(answer.body)["data"]["results"]  # type: ignore[arg-type]
+    source = "hot_cache" if endpoint == "hot" else "vector"
+    base = results[0]["memory"] if results else {"org_id": FOREIGN_ORG_ID, "agent_id": FOREIGN_AGENT_ID}
+    template = _template((base["org_id"], base["agent_id"]), source)
+    bad = [_bad_item(kind, template, i) for i, kind in enumerate(faults.bad_items, start=1)]
+    for item in results:
+        item["rank"] += len(bad)
+    for i in range(faults.foreign_items):
+        foreign = _template((FOREIGN_ORG_ID if i % 2 == 0 else base["org_id"], FOREIGN_AGENT_ID), source)
+        foreign["memory"]["content"] = f"foreign item {i}"
+        foreign["rank"] = len(bad) + len(results) + i + 1
+        results.append(foreign)
+    if faults.invalid_text and results:
+        mark = "\ud800" if faults.invalid_text == "surrogate" else _INVALID_UTF8_MARK
+        results[0]["memory"]["content"] = f"broken {mark} text"
+    payload = json.dumps({"data": {"results": bad + results}}).encode()
+    payload = payload.replace(_INVALID_UTF8_MARK.encode(), b"\xff\xfe")
+    return web.Response(body=payload, content_type="application/json")
+
+
+def _template(agent_org: tuple[str, str], source: str) -> dict[str, object]:
+    org_id, agent_id = agent_org
+    memory = StoredMemory(id=str(uuid.uuid4()), org_id=org_id, agent_id=agent_id, content="template")
+    return {"memory": memory.to_json(), "similarity": 0.5, "rank": 1, "source": source}
+
+
+def _bad_item(kind: str, template: dict[str, object], rank: int) -> object:
+    if kind == "not_object":
+        return f"not an object ({rank})"
+    item = json.loads(json.dumps(template))
+    item["rank"] = rank
+    memory = item["memory"]
+    memory["id"] = str(uuid.uuid5(NAMESPACE, f"bad-{kind}"))
+    memory["content"] = f"bad item {kind}"
+    changes: dict[str, Callable[[], object]] = {
+        "rank_zero": lambda: item.update(rank=0), "rank_bool": lambda: item.update(rank=True),
+        "bad_uuid": lambda: memory.update(id="not-a-uuid"), "org_not_uuid": lambda: memory.update(org_id=7),
+        "confidence_high": lambda: memory.update(confidence=1.5),
+        "similarity_nan": lambda: item.update(similarity=float("nan")),
+        "similarity_inf": lambda: item.update(similarity=float("inf")),
+        "similarity_bool": lambda: item.update(similarity=True),
+        "content_not_string": lambda: memory.update(content=42),
+        "category_not_string": lambda: memory.update(category=None),
+        "missing_source": lambda: item.pop("source"), "missing_memory": lambda: item.pop("memory"),
+        "memory_not_object": lambda: item.update(memory="a memory"),
+        "usefulness_high": lambda: memory.update(usefulness_score=2.0),
+        "created_at_bad": lambda: memory.update(created_at="yesterday"),
+        "retrieval_count_negative": lambda: memory.update(retrieval_count=-1),
+        "tags_not_list": lambda: memory.update(tags="a,b"),
+    }
+    changes[kind]()
+    return item

@@ -1,0 +1,87 @@
+"""What the loopback memory service stores and logs, and the JSON answers it builds."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+import attrs
+from aiohttp import web
+
+ANY_ORG = "*"  # a token mapped to ANY_ORG is a service token: any registered agent, its owner's org
+NAMESPACE = uuid.UUID("6f1d3a52-9c1e-4b7a-8a53-2f4d0c7e9b10")
+TIMESTAMP = "2026-01-01T00:00:00Z"
+_WORDS = re.compile(r"\w+")
+
+
+@attrs.frozen
+class LoggedRequest:
+    """One request as the server received it (header names lower-cased)."""
+
+    endpoint: str
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: bytes
+    latency_ms: float
+
+    def json(self) -> object:
+        return json.loads(self.body)
+
+
+@attrs.define
+class StoredMemory:
+    id: str
+    org_id: str
+    agent_id: str
+    content: str
+    category: str = "factual"
+    confidence: float = 0.9
+    hot_score: float = 0.5
+    usefulness: float | None = 0.5
+    retrieval_count: int = 0
+    tags: tuple[str, ...] = ()
+    positive: int = 0
+    negative: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id, "org_id": self.org_id, "agent_id": self.agent_id, "content": self.content,
+            "category": self.category, "confidence": self.confidence, "status": "active",
+            "created_at": TIMESTAMP, "updated_at": TIMESTAMP, "usefulness_score": self.usefulness,
+            "retrieval_count": self.retrieval_count, "tags": list(self.tags),
+        }
+
+
+def similarity(query: str, content: str) -> float:
+    """Jaccard overlap of the lower-cased words of both texts, in [0, 1]."""
+    q, c = set(_WORDS.findall(query.lower())), set(_WORDS.findall(content.lower()))
+    return len(q & c) / len(q | c) if q and c else 0.0
+
+
+def apply_feedback(memory: StoredMemory, value: str) -> dict[str, object]:
+    """Count the feedback; usefulness becomes (positive + 1) / (positive + negative + 2)."""
+    memory.positive += value == "positive"
+    memory.negative += value == "negative"
+    memory.usefulness = round((memory.positive + 1) / (memory.positive + memory.negative + 2), 6)
+    return {
+        "memory_id": memory.id, "feedback": value, "new_usefulness_score": memory.usefulness,
+        "total_positive_feedback": memory.positive, "total_negative_feedback": memory.negative,
+    }
+
+
+def error(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"detail": {"code": code, "message": message}}, status=status)
+
+
+def unprocessable(message: str) -> web.Response:
+    """FastAPI's 422 shape (a list of problems)."""
+    return web.json_response({"detail": [{"loc": ["body"], "msg": message, "type": "value_error"}]}, status=422)
+
+
+def results(rows: list[tuple[StoredMemory, float]], source: str) -> web.Response:
+    items = [{"memory": m.to_json(), "similarity": s, "rank": i, "source": source}
+             for i, (m, s) in enumerate(rows, start=1)]
+    return web.json_response({"data": {"results": items}})
