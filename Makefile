@@ -24,6 +24,10 @@ lint: $(STAMP)
 test: $(STAMP) redis-server-present lint
 	$(BIN)/python -m pytest -q
 
+run: $(STAMP)
+	$(BIN)/ibex-context demo load
+	$(BIN)/ibex-context serve
+
 stubs: $(STAMP)
 	$(BIN)/python -m contracts.generate
 

@@ -1,0 +1,38 @@
+"""Character-length token estimates for families without a public tokenizer."""
+
+from __future__ import annotations
+
+from ports.token_counter import TokenCounter
+
+CHARS_DIV_4 = "chars_div_4"
+RUNES_DIV_3_5 = "runes_div_3_5"
+
+
+class CharsDiv4Counter(TokenCounter):
+    """ceil(code points / 4); 0 for ""."""
+
+    @property
+    def kind(self) -> str:
+        return CHARS_DIV_4
+
+    @property
+    def is_exact(self) -> bool:
+        return False
+
+    def count(self, text: str) -> int:
+        return (len(text) + 3) // 4
+
+
+class RunesDiv35Counter(TokenCounter):
+    """ceil(code points / 3.5) in integer form, (n * 2 + 6) // 7; 0 for ""."""
+
+    @property
+    def kind(self) -> str:
+        return RUNES_DIV_3_5
+
+    @property
+    def is_exact(self) -> bool:
+        return False
+
+    def count(self, text: str) -> int:
+        return (len(text) * 2 + 6) // 7
