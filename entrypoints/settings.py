@@ -14,6 +14,8 @@ import attrs
 DEFAULT_GRPC_ADDR = "127.0.0.1:9092"
 DEFAULT_HTTP_ADDR = "127.0.0.1:9093"
 DEFAULT_DATA_PATH = "./.ibex-context/ibex.db"
+MAX_HOT_LIMIT = 50  # the memory service's bound for GET /v1/memories/hot
+MAX_COLD_LIMIT = 100  # and for POST /v1/memories/search
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
@@ -73,6 +75,9 @@ class Settings:
     packer_dp_cell_ceiling: int = 70 * 6251
     packer_max_consecutive_skips: int = 5
     formatter_nonce_bytes: int = 16
+    hot_limit: int = 20
+    cold_limit: int = 10
+    deadline_headroom_ms: float = 5.0  # kept back from the caller's gRPC deadline for packing and the answer
     data_path: str = DEFAULT_DATA_PATH
     catalog_path: str = ""
     tls_cert: str = ""
@@ -115,6 +120,9 @@ class Settings:
             packer_dp_cell_ceiling=reader.integer("IBEX_CONTEXT_PACKER_DP_CELL_CEILING", 70 * 6251, 1, None),
             packer_max_consecutive_skips=reader.integer("IBEX_CONTEXT_PACKER_MAX_CONSECUTIVE_SKIPS", 5, 0, None),
             formatter_nonce_bytes=reader.integer("IBEX_CONTEXT_FORMATTER_NONCE_BYTES", 16, 1, 64),
+            hot_limit=reader.integer("IBEX_CONTEXT_HOT_LIMIT", 20, 1, MAX_HOT_LIMIT),
+            cold_limit=reader.integer("IBEX_CONTEXT_COLD_LIMIT", 10, 1, MAX_COLD_LIMIT),
+            deadline_headroom_ms=reader.duration(("IBEX_CONTEXT_DEADLINE_HEADROOM_MS",), 5.0),
             data_path=reader.text("IBEX_CONTEXT_DATA_PATH") or DEFAULT_DATA_PATH,
             catalog_path=reader.text("IBEX_CONTEXT_CATALOG_PATH"),
             tls_cert=reader.text("IBEX_CONTEXT_TLS_CERT"),

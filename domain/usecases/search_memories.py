@@ -3,7 +3,8 @@
 Rules: the query is required; ``limit`` 0 means the default (10); ``min_similarity`` 0 means the
 source's default; hits of another org/agent are dropped and counted; ``composite_score`` is the
 interim score (0.85 similarity + 0.15 confidence). Source failures propagate as port errors (the
-edge maps them: denied -> PERMISSION_DENIED, timeout -> DEADLINE_EXCEEDED, else UNAVAILABLE).
+gRPC edge maps them in entrypoints/grpc_api/status.py: denied -> FAILED_PRECONDITION, timeout ->
+DEADLINE_EXCEEDED when the caller's deadline is spent else UNAVAILABLE, other -> UNAVAILABLE).
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from entrypoints.cli import assemble_cmd, catalog_cmd, config_cmd, principal_cmd, serve_cmd
+from entrypoints.cli import assemble_cmd, catalog_cmd, config_cmd, data_cmd, principal_cmd, serve_cmd
 from entrypoints.cli.errors import EXIT_BAD_INPUT, CliError
 from entrypoints.settings import SettingsError
 
-COMMAND_MODULES = (config_cmd, principal_cmd, serve_cmd, assemble_cmd, catalog_cmd)
+COMMAND_MODULES = (serve_cmd, assemble_cmd, catalog_cmd, data_cmd, principal_cmd, config_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -59,6 +59,11 @@ def test_timeout_alias_and_wall() -> None:
     ("IBEX_CONTEXT_HTTP_ADDR", "127.0.0.1:99999"),
     ("IBEX_CONTEXT_ALLOW_INSECURE_BIND", "maybe"),
     ("IBEX_CONTEXT_HOT_TIMEOUT_MS", "-1"),
+    ("IBEX_CONTEXT_HOT_LIMIT", "0"),
+    ("IBEX_CONTEXT_HOT_LIMIT", "51"),
+    ("IBEX_CONTEXT_COLD_LIMIT", "101"),
+    ("IBEX_CONTEXT_COLD_LIMIT", "ten"),
+    ("IBEX_CONTEXT_DEADLINE_HEADROOM_MS", "0"),
 ])
 def test_each_bad_value_names_its_variable(name: str, raw: str) -> None:
     with pytest.raises(SettingsError, match=f"^{name}"):
@@ -88,3 +93,14 @@ def test_insecure_override_parses_booleans() -> None:
 ])
 def test_loopback_detection(addr: str, loopback: bool) -> None:
     assert is_loopback(addr) is loopback
+
+
+def test_hot_and_cold_limits_default_to_the_reference_and_parse() -> None:
+    assert (Settings.from_env({}).hot_limit, Settings.from_env({}).cold_limit) == (20, 10)
+    settings = Settings.from_env({"IBEX_CONTEXT_HOT_LIMIT": "40", "IBEX_CONTEXT_COLD_LIMIT": " 100 "})
+    assert (settings.hot_limit, settings.cold_limit) == (40, 100)
+
+
+def test_deadline_headroom_defaults_to_5ms_and_parses_durations() -> None:
+    assert Settings.from_env({}).deadline_headroom_ms == 5.0
+    assert Settings.from_env({"IBEX_CONTEXT_DEADLINE_HEADROOM_MS": "20ms"}).deadline_headroom_ms == 20.0

@@ -1,0 +1,144 @@
+"""The grpc.aio server: the service, standard health checking, reflection, limits and keepalive.
+
+Health: both the overall service ``""`` and ``ibex.context.v1.ContextAssemblyService`` report
+SERVING once started and NOT_SERVING from the moment a drain begins.
+
+Limits (``SERVER_OPTIONS``):
+- receive 16 MiB: the largest request the validation bounds allow (100 messages x 32,768
+  characters, up to 4 UTF-8 bytes each, ~12.5 MiB, plus ids) still reaches validation, which then
+  answers with a message naming the field; anything larger is refused by the transport
+  (RESOURCE_EXHAUSTED) before it is decoded. Send 8 MiB: an answer is bounded by the model window.
+- keepalive: the server pings an idle connection every 30 s and drops it when the ping is not
+  answered in 10 s; clients may ping every 10 s (also without calls) before being told to back off.
+- ``grpc.so_reuseport`` is off unless asked for, so that a port already in use fails start-up
+  instead of silently sharing it.
+
+Bind guard (``entrypoints.auth.bind``): a non-loopback address with no caller authentication
+refuses to start unless the insecure override is set, and then a WARNING is logged at every start.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+
+from contracts.ibex.context.v1 import context_pb2 as pb
+from contracts.ibex.context.v1 import context_pb2_grpc as pb_grpc
+from entrypoints.auth.bind import InsecureBindError, bind_guard
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextAssemblyService"].full_name
+HEALTH_NAMES = ("", SERVICE_NAME)
+MAX_RECEIVE_BYTES = 16 * 1024 * 1024
+MAX_SEND_BYTES = 8 * 1024 * 1024
+SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+    ("grpc.max_send_message_length", MAX_SEND_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.http2.max_ping_strikes", 2),
+)
+DEFAULT_GRACE_S = 5.0
+_log = logging.getLogger("ibex_context.grpc")
+
+
+class ServerStartError(RuntimeError):
+    """The server cannot start (address refused by the bind guard, or the bind failed)."""
+
+
+class GrpcServer:
+    """A built server: ``start()``, then ``drain(grace_s)`` to shut down gracefully."""
+
+    def __init__(self, server: grpc.aio.Server, health: health_aio.HealthServicer, address: str, port: int) -> None:
+        self.server = server
+        self.health = health
+        self.address = address
+        self.port = port
+
+    async def start(self) -> None:
+        await self.server.start()
+        for name in HEALTH_NAMES:
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def drain(self, grace_s: float = DEFAULT_GRACE_S) -> None:
+        """Report NOT_SERVING, refuse new calls, let in-flight calls finish within ``grace_s``."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace_s)
+
+    async def wait_for_termination(self) -> None:
+        await self.server.wait_for_termination()
+
+
+def build_server(
+    servicer: pb_grpc.ContextAssemblyServiceServicer,
+    addr: str,
+    *,
+    has_auth: bool = False,
+    allow_insecure_bind: bool = False,
+    credentials: grpc.ServerCredentials | None = None,
+    reuse_port: bool = False,
+    extra_options: Sequence[tuple[str, Any]] = (),
+) -> tuple[GrpcServer, int]:
+    """Build (not start) the server bound to ``addr`` (port 0 picks a free port).
+
+    Args:
+        servicer: the ContextAssemblyService implementation.
+        addr: ``host:port`` to bind.
+        has_auth: a caller authentication mode is configured (mTLS CA or principal keys).
+        allow_insecure_bind: ``IBEX_CONTEXT_ALLOW_INSECURE_BIND``.
+        credentials: TLS credentials (None: plaintext).
+        reuse_port: let several worker processes share the port (SO_REUSEPORT).
+        extra_options: more channel arguments, appended to ``SERVER_OPTIONS``.
+
+    Returns:
+        The server and the bound port.
+
+    Raises:
+        ServerStartError: the bind guard refused the address, or the address could not be bound.
+    """
+    try:
+        warning = bind_guard(addr, has_auth, allow_insecure_bind)
+    except InsecureBindError as exc:
+        raise ServerStartError(str(exc)) from None
+    if warning:
+        _log.warning("grpc_insecure_bind", extra={"addr": addr, "detail": warning})
+    options = (*SERVER_OPTIONS, ("grpc.so_reuseport", int(reuse_port)), *extra_options)
+    server = grpc.aio.server(options=options)
+    pb_grpc.add_ContextAssemblyServiceServicer_to_server(servicer, server)
+    health = health_aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server)
+    port = _bind(server, addr, credentials, reuse_port)
+    return GrpcServer(server, health, addr, port), port
+
+
+def _bind(server: grpc.aio.Server, addr: str, credentials: grpc.ServerCredentials | None, reuse_port: bool) -> int:
+    _probe(addr, reuse_port)
+    try:
+        port = server.add_secure_port(addr, credentials) if credentials else server.add_insecure_port(addr)
+    except RuntimeError as exc:
+        raise ServerStartError(f"cannot bind gRPC address {addr}: {exc}") from None
+    return port
+
+
+def _probe(addr: str, reuse_port: bool) -> None:
+    """Fail with a one-line reason (port in use, address not local) before grpc tries and logs."""
+    host, _, port = addr.rpartition(":")
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(
+            host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            probe.bind(sockaddr)
+    except OSError as exc:
+        raise ServerStartError(f"cannot bind gRPC address {addr}: {exc.strerror or exc}") from None

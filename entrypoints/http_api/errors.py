@@ -1,0 +1,73 @@
+"""One table from failures to HTTP answers: ``{"error": {"code", "message", "field"?, "requestId"?}}``.
+
+| failure                                   | status | code                |
+|-------------------------------------------|--------|---------------------|
+| InvalidRequestError (bad JSON, fields)    | 400    | INVALID_ARGUMENT    |
+| UnknownModelError                         | 400    | INVALID_ARGUMENT    |
+| AuthError unauthenticated / denied        | 401/403| UNAUTHENTICATED / PERMISSION_DENIED |
+| MemorySourceDeniedError (upstream 401/403)| 403    | PERMISSION_DENIED   |
+| MemorySourceTimeoutError, TimeoutError    | 504    | DEADLINE_EXCEEDED   |
+| any other PortError (source failures)     | 503    | UNAVAILABLE         |
+| anything else                             | 500    | INTERNAL (request id, no detail; logged) |
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from domain.model.errors import InvalidRequestError, UnknownModelError
+from entrypoints.auth.errors import PERMISSION_DENIED, AuthError
+from ports.errors import MemorySourceDeniedError, MemorySourceTimeoutError, PortError
+
+INVALID_ARGUMENT = "INVALID_ARGUMENT"
+NOT_FOUND = "NOT_FOUND"
+METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+UNAVAILABLE = "UNAVAILABLE"
+INTERNAL = "INTERNAL"
+OK = "OK"
+
+
+@attrs.frozen
+class ApiError(Exception):
+    """A failure already translated for the caller."""
+
+    status: int
+    code: str
+    message: str
+    field: str | None = None
+
+    def body(self, request_id: str = "") -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            error["field"] = self.field
+        if request_id:
+            error["requestId"] = request_id
+        return {"error": error}
+
+
+def translate(exc: BaseException) -> ApiError | None:
+    """The caller-facing error for a known failure; None for an unexpected one (answer INTERNAL)."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, InvalidRequestError):
+        return ApiError(400, INVALID_ARGUMENT, str(exc), exc.field)
+    if isinstance(exc, UnknownModelError):
+        return ApiError(400, INVALID_ARGUMENT, str(exc), "model")
+    if isinstance(exc, AuthError):
+        denied = exc.code == PERMISSION_DENIED
+        return ApiError(403 if denied else 401, exc.code.upper(), exc.detail)
+    if isinstance(exc, MemorySourceDeniedError):
+        return ApiError(403, "PERMISSION_DENIED", f"the memory service refused the request: {exc}")
+    if isinstance(exc, MemorySourceTimeoutError | TimeoutError):
+        return ApiError(504, "DEADLINE_EXCEEDED", "the memory service did not answer in time")
+    if isinstance(exc, PortError):
+        return ApiError(503, UNAVAILABLE, f"a backing service is unavailable: {type(exc).__name__}")
+    return None
+
+
+def internal_error() -> ApiError:
+    return ApiError(500, INTERNAL, "internal error; quote the request id when reporting it")
