@@ -14,6 +14,7 @@ import string
 from ports.nonce_source import NonceSource
 
 ALPHABET = string.ascii_letters + string.digits
+_BASE = len(ALPHABET)
 MIN_NONCE_BYTES = 1
 MAX_NONCE_BYTES = 64
 
@@ -27,4 +28,11 @@ class SecretsNonceSource(NonceSource):
     def new_nonce(self, n_bytes: int) -> str:
         if not MIN_NONCE_BYTES <= n_bytes <= MAX_NONCE_BYTES:
             raise ValueError(f"nonce bytes must be in {MIN_NONCE_BYTES}..{MAX_NONCE_BYTES}, got {n_bytes}")
-        return "".join(secrets.choice(ALPHABET) for _ in range(nonce_length(n_bytes)))
+        length = nonce_length(n_bytes)
+        # a uniform integer below 62**length, written in base 62 with exactly ``length`` digits
+        value = secrets.randbelow(_BASE**length)
+        digits = []
+        for _ in range(length):
+            value, digit = divmod(value, _BASE)
+            digits.append(ALPHABET[digit])
+        return "".join(digits)

@@ -122,6 +122,6 @@ def calculate_budget(request: BudgetRequest, counter: TokenCounter) -> TokenBudg
     )
 
 
-def memory_costs(counter: TokenCounter, elements: Sequence[str]) -> tuple[int, ...]:
-    """The cost charged per memory: its element plus the newline separator that follows it."""
-    return tuple(counter.count(element + "\n") for element in elements)
+def memory_costs(counter: TokenCounter, elements: Sequence[tuple[str, str]]) -> tuple[int, ...]:
+    """The cost charged per memory: its element (head, tail) plus the newline that follows it."""
+    return tuple(counter.count_joined((head, tail + "\n")) for head, tail in elements)

@@ -20,7 +20,7 @@ Byte-identical to the reference for the same inputs and nonce whenever a directi
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -58,13 +58,18 @@ def safety_sentence(nonce: str) -> str:
     )
 
 
-def memory_element(nonce: str, memory_id: str, category: str, content: str) -> str:
-    """One memory wrapped in its nonce-bearing tags (the unit the packer charges for)."""
+def memory_element_parts(nonce: str, memory_id: str, category: str, content: str) -> tuple[str, str]:
+    """One memory element as (opening tag line, body and closing tag); joined, the element."""
     open_tag = (
         f'<{TAG_NAME} nonce="{escape_attribute(nonce)}" id="{escape_attribute(memory_id)}" '
         f'category="{escape_attribute(category)}">'
     )
-    return f"{open_tag}\n{escape_body(content)}\n{CLOSE_TAG}"
+    return f"{open_tag}\n", f"{escape_body(content)}\n{CLOSE_TAG}"
+
+
+def memory_element(nonce: str, memory_id: str, category: str, content: str) -> str:
+    """One memory wrapped in its nonce-bearing tags (the unit the packer charges for)."""
+    return "".join(memory_element_parts(nonce, memory_id, category, content))
 
 
 @attrs.frozen
@@ -88,6 +93,7 @@ class FormattedContext:
     text: str
     nonce: str
     memories_included: int
+    parts: tuple[str, ...] = ()  # "".join(parts) == text; one part per memory element
 
 
 def directive_section(directive: str, nonce: str, has_memories: bool) -> str:
@@ -123,15 +129,37 @@ def memories_section(nonce: str, memories: Sequence[FormattableMemory]) -> str:
     )
 
 
-def format_context(request: FormatRequest) -> FormattedContext:
-    """Render the context block. Deterministic for a given request (including its nonce)."""
+def format_context(
+    request: FormatRequest, elements: Mapping[str, tuple[str, str]] | None = None
+) -> FormattedContext:
+    """Render the context block. Deterministic for a given request (including its nonce).
+
+    ``elements`` may hold already rendered element parts by memory id (as ``memory_element_parts``
+    renders them for this nonce), so that a caller that priced them does not render them twice.
+    ``parts`` of the result cut the text at each element's head and tail, as they were priced.
+    """
     if not request.nonce:
         raise InvalidRequestError("nonce", "nonce must be a non-empty string")
-    sections = (
-        directive_section(request.directive, request.nonce, bool(request.memories)),
-        history_section(request.messages),
-        memories_section(request.nonce, request.memories),
-        tools_section(request.tool_schemas),
+    known = elements or {}
+    rendered = [
+        known.get(m.memory_id) or memory_element_parts(request.nonce, m.memory_id, m.category, m.content)
+        for m in order_for_output(request.memories)
+    ]
+    element_parts = [part for head, tail in rendered for part in (head, tail + ELEMENT_JOIN)]
+    if element_parts:
+        element_parts[-1] = element_parts[-1][: -len(ELEMENT_JOIN)]
+    sections = [
+        [directive_section(request.directive, request.nonce, bool(request.memories))],
+        [history_section(request.messages)],
+        element_parts,
+        [tools_section(request.tool_schemas)],
+    ]
+    present = [section for section in sections if section and section[-1]]
+    parts: list[str] = []
+    for index, section in enumerate(present):
+        tail = SECTION_JOIN if index < len(present) - 1 else ""
+        parts.extend(section[:-1])
+        parts.append(section[-1] + tail)
+    return FormattedContext(
+        text="".join(parts), nonce=request.nonce, memories_included=len(request.memories), parts=tuple(parts)
     )
-    text = SECTION_JOIN.join(section for section in sections if section)
-    return FormattedContext(text=text, nonce=request.nonce, memories_included=len(request.memories))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -20,6 +21,11 @@ class TokenCounter(Protocol):
     @abstractmethod
     def count(self, text: str) -> int:
         """Number of tokens of ``text`` (0 for ""). Pure and deterministic; never raises."""
+
+    @abstractmethod
+    def count_joined(self, parts: Sequence[str]) -> int:
+        """Exactly ``count("".join(parts))``. Implementations may add up per-part counts only
+        where that is provably equal (e.g. at boundaries their tokenizer never crosses)."""
 
 
 class TokenCounters(Protocol):

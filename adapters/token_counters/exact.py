@@ -16,6 +16,7 @@ import gzip
 import importlib.util
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from importlib import resources
 from importlib.resources.abc import Traversable
 
@@ -25,7 +26,7 @@ import tiktoken
 from domain.model.errors import UnsupportedEstimateKindError
 from ports.token_counter import TokenCounter
 
-from .boundaries import split_lines, split_words
+from .boundaries import is_line_boundary, split_lines, split_words
 
 EXACT_O200K_BASE = "exact_o200k_base"
 EXACT_CL100K_BASE = "exact_cl100k_base"
@@ -211,12 +212,14 @@ class ExactTokenCounter(TokenCounter):
         cache_entries: int = 50_000,
         max_cached_chunk_chars: int = 4096,
         word_split_max_spaces: int = 4,
+        text_cache_entries: int = 8192,
     ) -> None:
         self._kind = kind
         self._encode = encoding.encode_ordinary
         self._max_cached_chunk_chars = max_cached_chunk_chars
         self._word_split_max_spaces = word_split_max_spaces
         self._cached_count = functools.lru_cache(maxsize=cache_entries)(self._encode_count)
+        self._cached_text_count = functools.lru_cache(maxsize=text_cache_entries)(self._count_uncached)
 
     @property
     def kind(self) -> str:
@@ -229,12 +232,31 @@ class ExactTokenCounter(TokenCounter):
     def count(self, text: str) -> int:
         if not text:
             return 0
-        return sum(map(self._count_line, split_lines(text)))
+        if len(text) <= self._max_cached_chunk_chars:
+            return self._cached_text_count(text)
+        return self._count_uncached(text)
+
+    def count_joined(self, parts: Sequence[str]) -> int:
+        """Sum of per-part counts, merging neighbours whose boundary is not a line boundary."""
+        total = 0
+        pending = ""
+        for part in parts:
+            if not part:
+                continue
+            if pending and not is_line_boundary(pending, part):
+                pending += part
+                continue
+            total += self.count(pending)
+            pending = part
+        return total + self.count(pending)
 
     def cache_stats(self) -> ChunkCacheStats:
         """Hits, misses and size of the chunk cache."""
         info = self._cached_count.cache_info()
         return ChunkCacheStats(hits=info.hits, misses=info.misses, size=info.currsize)
+
+    def _count_uncached(self, text: str) -> int:
+        return sum(map(self._count_line, split_lines(text)))
 
     def _count_line(self, line: str) -> int:
         if len(line) > self._max_cached_chunk_chars:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ports.token_counter import TokenCounter
 
 CHARS_DIV_4 = "chars_div_4"
@@ -22,6 +24,9 @@ class CharsDiv4Counter(TokenCounter):
     def count(self, text: str) -> int:
         return (len(text) + 3) // 4
 
+    def count_joined(self, parts: Sequence[str]) -> int:
+        return (sum(map(len, parts)) + 3) // 4
+
 
 class RunesDiv35Counter(TokenCounter):
     """ceil(code points / 3.5) in integer form, (n * 2 + 6) // 7; 0 for ""."""
@@ -36,3 +41,6 @@ class RunesDiv35Counter(TokenCounter):
 
     def count(self, text: str) -> int:
         return (len(text) * 2 + 6) // 7
+
+    def count_joined(self, parts: Sequence[str]) -> int:
+        return (sum(map(len, parts)) * 2 + 6) // 7

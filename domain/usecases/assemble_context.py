@@ -18,7 +18,7 @@ from __future__ import annotations
 import attrs
 
 from domain.budget import BudgetRequest, TokenBudget, calculate_budget, memory_costs
-from domain.formatter import FormatRequest, FormattableMemory, format_context, memory_element
+from domain.formatter import FormatRequest, FormattableMemory, format_context, memory_element_parts
 from domain.model.assembly import (
     DEGRADATION_L0,
     DEGRADATION_L1,
@@ -114,9 +114,9 @@ class AssembleContext:
         budget_ms, mark = self._lap(mark)
         pool = self._pool(request, retrieval, level)
         ranking_ms, mark = self._lap(mark)
-        costs, result = self._pack(pool, budget, counter, nonce)
+        priced = self._pack(pool, budget, counter, nonce)
         packing_ms, mark = self._lap(mark)
-        packed = self._format(request, pool, budget, counter, nonce, directive, costs, result)
+        packed = self._format(request, pool, budget, counter, nonce, directive, priced)
         formatting_ms, _ = self._lap(mark)
         timings = _Timings(budget_ms, ranking_ms, packing_ms, formatting_ms, (self._clock.monotonic() - started) * 1000.0)
         return self._result(request, retrieval, level, budget, pool, packed, nonce, timings)
@@ -147,34 +147,40 @@ class AssembleContext:
         )
 
     @staticmethod
-    def _pack(pool: CandidatePool, budget: TokenBudget, counter: TokenCounter, nonce: str) -> tuple[tuple[int, ...], PackResult]:
-        elements = [memory_element(nonce, c.memory_id, c.hit.category, c.hit.content) for c in pool.ranked]
-        costs = memory_costs(counter, elements)
+    def _pack(
+        pool: CandidatePool, budget: TokenBudget, counter: TokenCounter, nonce: str
+    ) -> tuple[dict[str, tuple[str, str]], tuple[int, ...], PackResult]:
+        elements = {
+            c.memory_id: memory_element_parts(nonce, c.memory_id, c.hit.category, c.hit.content) for c in pool.ranked
+        }
+        costs = memory_costs(counter, [elements[c.memory_id] for c in pool.ranked])
         items = [PackItem(key=c.memory_id, score=c.score, cost=cost) for c, cost in zip(pool.ranked, costs, strict=True)]
-        return costs, pack(items, budget.usable_budget)
+        return elements, costs, pack(items, budget.usable_budget)
 
     @staticmethod
     def _format(
         request: AssembleRequest, pool: CandidatePool, budget: TokenBudget, counter: TokenCounter,
-        nonce: str, directive: str, costs: tuple[int, ...], result: PackResult,
+        nonce: str, directive: str, priced: tuple[dict[str, tuple[str, str]], tuple[int, ...], PackResult],
     ) -> _Packed:
+        elements, costs, result = priced
         chosen = set(result.selected)
         selected = [c for c in pool.ranked if c.memory_id in chosen]
         while True:
-            text = format_context(
+            formatted = format_context(
                 FormatRequest(
                     nonce=nonce, directive=directive, messages=request.recent_messages,
                     memories=[FormattableMemory(c.memory_id, c.hit.category, c.hit.content) for c in selected],
                     tool_schemas=request.tool_schemas,
-                )
-            ).text
-            tokens_used = counter.count(text)
+                ),
+                elements,
+            )
+            tokens_used = counter.count_joined(formatted.parts)
             if tokens_used <= budget.prompt_limit or not selected:
                 break
             selected.pop()  # the lowest score is last in canonical order
         if len(selected) != len(result.selected):
             result = _shrink(result, [c.memory_id for c in selected], pool.ranked, costs)
-        return _Packed(tuple(selected), result, costs, text, tokens_used)
+        return _Packed(tuple(selected), result, costs, formatted.text, tokens_used)
 
     def _lap(self, mark: float) -> tuple[float, float]:
         now = self._clock.monotonic()

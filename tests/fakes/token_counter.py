@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from domain.model.errors import UnsupportedEstimateKindError
 from ports.token_counter import TokenCounter, TokenCounters
@@ -24,6 +25,9 @@ class CharsDiv4Counter(TokenCounter):
 
     def count(self, text: str) -> int:
         return math.ceil(len(text) / 4) if text else 0
+
+    def count_joined(self, parts: Sequence[str]) -> int:
+        return self.count("".join(parts))
 
 
 class StaticCounters(TokenCounters):

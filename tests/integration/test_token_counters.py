@@ -329,3 +329,33 @@ def test_a_missing_vocabulary_file_is_an_unsupported_kind_naming_the_file() -> N
 def test_malformed_vocabulary_lines_are_named(content: bytes, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_mergeable_ranks(content)
+
+
+joined_parts = st.lists(
+    st.one_of(st.sampled_from(FRAGMENTS), st.text(alphabet=st.sampled_from(" \t\n\r/.a'\u00a0\x1c<>\"="), max_size=8)),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=joined_parts)
+def test_count_joined_equals_the_count_of_the_joined_text(
+    registry: TokenCountersRegistry, reference: dict[str, tiktoken.Encoding], parts: list[str]
+) -> None:
+    joined = "".join(parts)
+    for name in ENCODINGS:
+        assert _counter(registry, name).count_joined(parts) == len(reference[name].encode_ordinary(joined)), (name, parts)
+    for kind in ("chars_div_4", "runes_div_3_5"):
+        counter = registry.for_kind(kind)
+        assert counter.count_joined(parts) == counter.count(joined)
+
+
+def test_count_joined_on_memory_elements_matches_the_whole_text(
+    registry: TokenCountersRegistry, reference: dict[str, tiktoken.Encoding]
+) -> None:
+    heads = [f'<ibex_memory nonce="Zq81" id="m{i}" category="factual">\n' for i in range(5)]
+    tails = ["body one\n</ibex_memory>\n", "/slash first\n</ibex_memory>\n", "  indented\n</ibex_memory>\n",
+             "\nblank first\n</ibex_memory>\n", "last\n</ibex_memory>"]
+    parts = [p for pair in zip(heads, tails) for p in pair]
+    for name in ENCODINGS:
+        assert _counter(registry, name).count_joined(parts) == len(reference[name].encode_ordinary("".join(parts)))

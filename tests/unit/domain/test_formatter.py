@@ -12,6 +12,7 @@ from domain.formatter import (
     FormattableMemory,
     format_context,
     memory_element,
+    memory_element_parts,
     representative_nonce_length,
 )
 from domain.model.errors import InvalidRequestError
@@ -165,3 +166,18 @@ def test_no_memory_content_can_forge_a_real_tag(memories: list[tuple[str, str, s
     elements = text[text.index(real_open):]
     assert all(line.startswith(real_open) for line in elements.split("\n") if "<ibex_memory" in line)
     assert elements.count("\n</ibex_memory>") == len(items)
+
+
+def test_parts_join_to_the_text_and_cut_at_element_heads_and_tails() -> None:
+    formatted = format_context(golden_request(tool_schemas=('{"t": 1}',)))
+    assert "".join(formatted.parts) == formatted.text
+    heads = [p for p in formatted.parts if p.startswith("<ibex_memory nonce=")]
+    assert len(heads) == 3 and all(p.endswith('">\n') for p in heads)
+    assert "".join(formatted.parts[:1]).endswith("\n\n")
+
+
+def test_prerendered_elements_are_used_as_given() -> None:
+    memory = FormattableMemory("m", "factual", "body")
+    parts = memory_element_parts("n", "m", "factual", "body")
+    assert format_context(FormatRequest(nonce="n", memories=(memory,)), {"m": parts}).text.endswith("".join(parts))
+    assert "".join(parts) == memory_element("n", "m", "factual", "body")
