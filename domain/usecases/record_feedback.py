@@ -3,8 +3,8 @@
 Rules: ids are deduplicated; each id is written independently (bounded concurrency) with bounded
 retries on timeouts and unavailability, every attempt carrying the same idempotency key derived
 from (trace id, memory id, feedback) so a retried write cannot count twice (with no trace id, the
-request id, else a fresh per-call nonce, stands in). Not-found and denied are final. ``success``
-is False when any id failed.
+request id, else a fresh per-call nonce, stands in). Not-found and denied are final; no attempt
+starts past the caller's deadline. ``success`` is False when any id failed.
 """
 
 from __future__ import annotations
@@ -56,22 +56,33 @@ class RecordMemoryFeedback:
         correlation = request.trace_id or request.request_id or self._nonces.new_nonce(16)
         limit = asyncio.Semaphore(max(1, self._config.concurrency))
 
+        deadline = None if request.deadline_s is None else self._clock.monotonic() + request.deadline_s
+
         async def one(memory_id: str) -> ScoreUpdate:
             async with limit:
-                return await self._write(request, memory_id, idempotency_key(correlation, memory_id, request.feedback))
+                key = idempotency_key(correlation, memory_id, request.feedback)
+                return await self._write(request, memory_id, key, deadline)
 
         updates = await asyncio.gather(*(one(memory_id) for memory_id in request.memory_ids))
         return FeedbackOutcome(success=all(not u.error for u in updates), updates=tuple(updates))
 
-    async def _write(self, request: FeedbackRequest, memory_id: str, key: str) -> ScoreUpdate:
+    def _attempt_timeout(self, deadline: float | None) -> float:
+        if deadline is None:
+            return self._config.attempt_timeout_s
+        return min(self._config.attempt_timeout_s, deadline - self._clock.monotonic())
+
+    async def _write(self, request: FeedbackRequest, memory_id: str, key: str, deadline: float | None) -> ScoreUpdate:
         item = FeedbackItem(
             org_id=request.org_id, memory_id=memory_id, feedback=request.feedback, idempotency_key=key,
             session_id=request.session_id or None, trace_id=request.trace_id or None, notes=request.notes,
         )
         error = "unavailable"
         for attempt in range(self._config.max_attempts):
+            timeout_s = self._attempt_timeout(deadline)
+            if timeout_s <= 0:
+                return ScoreUpdate(memory_id, 0.0, 0.0, f"{error}; caller deadline reached after {attempt} attempts")
             try:
-                result = await self._sink.record(item, timeout_s=self._config.attempt_timeout_s)
+                result = await self._sink.record(item, timeout_s=timeout_s)
             except MemoryNotFoundError:
                 return ScoreUpdate(memory_id, 0.0, 0.0, "not_found")
             except MemorySourceDeniedError:

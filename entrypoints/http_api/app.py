@@ -31,7 +31,8 @@ from domain.model.operations import FeedbackOutcome
 from domain.usecases.assemble_context import AssembleContext
 from domain.usecases.record_feedback import RecordMemoryFeedback
 from domain.usecases.search_memories import SearchMemories
-from entrypoints.auth.binding import bind_request
+from entrypoints.auth.binding import Tenant, bind_request
+from entrypoints.auth.errors import AuthError
 from entrypoints.auth.principal import VerifiedPrincipal
 from entrypoints.http_api import schemas
 from entrypoints.http_api.calls import DEFAULT_MAX_BODY_BYTES, ApiCall
@@ -107,7 +108,7 @@ class _Api:
         request = schemas.assemble_request_from_json(await call.read_json())
         request = attrs.evolve(request, request_id=call.correlate(request.request_id, request.trace_id))
         if principal is not None:
-            tenant = bind_request(principal, org_id=request.org_id, agent_id=request.agent_id)
+            tenant = self._bind(principal, org_id=request.org_id, agent_id=request.agent_id)
             request = attrs.evolve(request, org_id=tenant.org_id, agent_id=tenant.agent_id)
         result = await self._assemble.execute(request)
         self._metrics.observe_assembly(result)
@@ -118,7 +119,7 @@ class _Api:
         request = schemas.search_request_from_json(await call.read_json())
         request = attrs.evolve(request, request_id=call.correlate(request.request_id))
         if principal is not None:
-            tenant = bind_request(principal, org_id=request.org_id, agent_id=request.agent_id)
+            tenant = self._bind(principal, org_id=request.org_id, agent_id=request.agent_id)
             request = attrs.evolve(request, org_id=tenant.org_id, agent_id=tenant.agent_id)
         return schemas.search_response_to_json(await self._search.execute(request))
 
@@ -127,10 +128,18 @@ class _Api:
         request = schemas.feedback_request_from_json(await call.read_json())
         request = attrs.evolve(request, request_id=call.correlate(request.request_id, request.trace_id))
         if principal is not None:
-            request = attrs.evolve(request, org_id=bind_request(principal, org_id=request.org_id).org_id)
+            request = attrs.evolve(request, org_id=self._bind(principal, org_id=request.org_id).org_id)
         outcome = await self._feedback.execute(request)
         self._count_feedback(outcome)
         return schemas.feedback_response_to_json(outcome)
+
+    def _bind(self, principal: VerifiedPrincipal, *, org_id: str, agent_id: str | None = None) -> Tenant:
+        """``bind_request``, counting a refusal in the auth-failure metric like every other."""
+        try:
+            return bind_request(principal, org_id=org_id, agent_id=agent_id)
+        except AuthError as exc:
+            self._metrics.auth_failure(exc.reason)
+            raise
 
     def _principal(self, call: ApiCall) -> VerifiedPrincipal | None:
         return None if self._authenticate is None else self._authenticate(call.request.headers)

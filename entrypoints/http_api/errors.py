@@ -61,7 +61,8 @@ def translate(exc: BaseException) -> ApiError | None:
         denied = exc.code == PERMISSION_DENIED
         return ApiError(403 if denied else 401, exc.code.upper(), exc.detail)
     if isinstance(exc, MemorySourceDeniedError):
-        return ApiError(403, "PERMISSION_DENIED", f"the memory service refused the request: {exc}")
+        # our own credentials were refused upstream: not the caller's fault, and a retry cannot help
+        return ApiError(502, "FAILED_PRECONDITION", f"the memory service refused this service's credentials: {exc}")
     if isinstance(exc, MemorySourceTimeoutError | TimeoutError):
         return ApiError(504, "DEADLINE_EXCEEDED", "the memory service did not answer in time")
     if isinstance(exc, PortError):

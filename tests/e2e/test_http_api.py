@@ -378,7 +378,7 @@ def faults(memory_service: MemoryServer) -> Iterator[MemoryServer]:
 
 @pytest.mark.parametrize(
     ("fault", "status", "code"),
-    [("status_503", 503, "UNAVAILABLE"), ("status_500", 503, "UNAVAILABLE"), ("status_403", 403, "PERMISSION_DENIED"),
+    [("status_503", 503, "UNAVAILABLE"), ("status_500", 503, "UNAVAILABLE"), ("status_403", 502, "FAILED_PRECONDITION"),
      ("slow", 504, "DEADLINE_EXCEEDED")],
 )
 def test_search_maps_source_failures(remote_api: httpx.Client, faults: MemoryServer, fault: str, status: int,
@@ -403,3 +403,10 @@ def test_assemble_degrades_instead_of_failing(remote_api: httpx.Client, faults: 
     outcomes = {b["name"]: b["outcome"] for b in body["branches"]}
     assert body["degradationLevel"] == "L1" and outcomes["hot"] == "error" and outcomes["cold"] == "success"
     assert "The user drinks green tea" in body["assembledContext"]
+
+
+def test_a_tenant_mismatch_is_counted_as_an_auth_failure(seeded_api: tuple[ServedApi, Seeded]) -> None:
+    with httpx.Client(base_url=seeded_api[0].urls["authed"], timeout=30) as client:
+        _error(client.post("/v1/context:assemble", json=_assemble(orgId=OTHER_ORG), headers=_proof()), 403, "PERMISSION_DENIED")
+        metrics = client.get("/metrics").text
+    assert 'ibex_context_auth_failures_total{reason="org_mismatch"}' in metrics

@@ -59,3 +59,10 @@ async def test_invalid_requests_are_rejected_before_any_write() -> None:
     with pytest.raises(InvalidRequestError):
         await use_case(sink).execute(FeedbackRequest(ORG, (A,), "meh"))
     assert sink.calls == []
+
+
+async def test_no_attempt_starts_past_the_caller_deadline() -> None:
+    sink = ScriptedFeedbackSink({A: [MemorySourceTimeoutError("slow")] * 5})
+    outcome = await use_case(sink).execute(FeedbackRequest(ORG, (A,), "positive", deadline_s=0.0))
+    assert sink.calls == []
+    assert outcome.success is False and "caller deadline" in outcome.updates[0].error
