@@ -10,6 +10,7 @@ container returned by ``build_container`` before passing it to ``open_applicatio
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -30,7 +31,15 @@ from domain.usecases.record_feedback import FeedbackConfig, RecordMemoryFeedback
 from domain.usecases.search_memories import SearchConfig, SearchMemories
 from entrypoints.observability.metrics import ServiceMetrics
 from entrypoints.settings import Settings
+from domain.model.memory import HotQuery, SearchQuery
+from ports.directive_store import DirectiveStore
+from ports.memory_source import MemorySource
 from ports.model_catalog import ModelCatalog
+
+
+WARM_UP_TIMEOUT_S = 2.0
+WARM_UP_CALLS = 2
+_NIL_ID = "00000000-0000-0000-0000-000000000000"
 
 
 class StartupError(RuntimeError):
@@ -209,12 +218,26 @@ async def open_application(settings: Settings, container: ApplicationContainer |
         search = await _resolved(container.usecases.search())
         feedback = await _resolved(container.usecases.feedback())
         catalog = await _resolved(container.adapters.catalog())
+        await warm_up(await _resolved(container.adapters.directive_store()), await _resolved(container.adapters.memory_source()))
     except BaseException:
         result = container.shutdown_resources()
         if result is not None:
             await result
         raise
     return Application(settings, assemble, search, feedback, catalog, container.metrics(), container)
+
+
+async def warm_up(directives: DirectiveStore, memories: MemorySource) -> None:
+    """Open the backends' first connections (and the embedded worker threads) before serving, so
+    that the first real calls do not pay connection set-up inside their 5-15 ms branch budgets.
+    The calls name a tenant that cannot exist; their answers and failures are irrelevant."""
+    calls = [directives.get(_NIL_ID, _NIL_ID, timeout_s=WARM_UP_TIMEOUT_S) for _ in range(WARM_UP_CALLS)]
+    calls += [memories.hot(HotQuery(_NIL_ID, _NIL_ID, limit=1), timeout_s=WARM_UP_TIMEOUT_S) for _ in range(WARM_UP_CALLS)]
+    calls += [
+        memories.search(SearchQuery(_NIL_ID, _NIL_ID, "warm up", limit=1), timeout_s=WARM_UP_TIMEOUT_S)
+        for _ in range(WARM_UP_CALLS)
+    ]
+    await asyncio.gather(*calls, return_exceptions=True)
 
 
 async def _resolved(value: Any) -> Any:
