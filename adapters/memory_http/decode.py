@@ -9,6 +9,15 @@ Text that is not valid Unicode is cleaned, not dropped: a lone surrogate left by
 as ``\\ud800``, or bytes that are not UTF-8, become U+FFFD in every string field (content, category,
 source, tags). A memory's text stays useful with one replaced character, and every string we emit
 is then encodable. Ids are never cleaned: a broken id fails the UUID rule and the item is dropped.
+
+Speed: decoding is a pure function of the answer's bytes, so an answer identical to a recent one
+(a hot list between writes, a repeated search) reuses that answer's immutable batch. Otherwise,
+almost every item is already in normal form (canonical lower-case ids, ASCII text, floats in range,
+a timestamp shared by many items): ``_plain_hit`` accepts exactly that form in one pass without
+exceptions, remembering ids and timestamps it has checked; anything else goes to ``_hit``, which
+normalises what it can and names the field that broke a rule. The caches are small and bounded.
+Both paths stay in this one module (past 300 lines) on purpose: the fast path must accept exactly
+what the checking path accepts unchanged, and side by side that can be reviewed.
 """
 
 from __future__ import annotations
@@ -16,8 +25,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import uuid
 from datetime import UTC, datetime
+from typing import TypeVar
+
+import attrs
 
 from domain.model.feedback import FEEDBACK_VALUES, FeedbackResult
 from domain.model.memory import DroppedItem, MemoryBatch, MemoryHit
@@ -25,8 +38,21 @@ from ports.errors import MemorySourceUnavailableError
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 _MISSING = object()
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _ERROR_CODE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_FLOAT_MAX = sys.float_info.max
+_CACHE_LIMIT = 4096  # entries per cache below; a full cache is emptied and refilled
+_BATCH_LIMIT, _BATCH_BODY_MAX = 64, 64 * 1024  # recent answers kept, and the largest one kept
+_BATCHES: dict[bytes, MemoryBatch] = {}  # recent answers (immutable) by their exact bytes
+_CANONICAL_IDS: dict[str, None] = {}  # ids already known to be canonical UUIDs
+_MOMENTS: dict[str, datetime] = {}  # timestamps already parsed (datetimes are immutable)
+# _plain_hit builds MemoryHit positionally (the keyword form costs a third more): pin the order.
+_HIT_FIELDS = ("memory_id", "org_id", "agent_id", "content", "category", "confidence", "similarity",
+               "rank", "source", "usefulness", "created_at", "retrieval_count", "tags")
+if tuple(field.name for field in attrs.fields(MemoryHit)) != _HIT_FIELDS:
+    raise ImportError(f"MemoryHit fields are no longer {_HIT_FIELDS}: update decode._plain_hit")
 
 
 class _FieldError(Exception):
@@ -50,14 +76,27 @@ def parse_document(body: bytes) -> object:
 
 def decode_batch(body: bytes) -> MemoryBatch:
     """Decode a hot/search answer into hits (source order) and dropped items."""
+    batch = _BATCHES.get(body)
+    if batch is None:
+        batch = _decoded_batch(body)
+        if len(body) <= _BATCH_BODY_MAX:
+            _remember(_BATCHES, body, batch, _BATCH_LIMIT)
+    return batch
+
+
+def _decoded_batch(body: bytes) -> MemoryBatch:
     results = _results(parse_document(body))
     hits: list[MemoryHit] = []
     dropped: list[DroppedItem] = []
     for index, item in enumerate(results):
-        try:
-            hits.append(_hit(item))
-        except _FieldError as exc:
-            dropped.append(DroppedItem("malformed", f"results[{index}].{exc}", _known_id(item)))
+        hit = _plain_hit(item)
+        if hit is None:
+            try:
+                hit = _hit(item)
+            except _FieldError as exc:
+                dropped.append(DroppedItem("malformed", f"results[{index}].{exc}", _known_id(item)))
+                continue
+        hits.append(hit)
     return MemoryBatch(hits=hits, dropped=dropped)
 
 
@@ -109,6 +148,88 @@ def _results(document: object) -> list[object]:
         raise MemorySourceUnavailableError(
             f"malformed body: 'data.results' must be a list, got {_kind(results)}")
     return results
+
+
+def _plain_hit(item: object) -> MemoryHit | None:
+    """The item when it is already in normal form, else None (``_hit`` then decides).
+
+    Accepts only what ``_hit`` accepts unchanged, and gives the same MemoryHit: canonical ids,
+    ASCII strings, float (not integer) numbers in range, rank >= 1, a parsable timestamp, a list
+    of ASCII tags; usefulness, created_at, retrieval_count and tags may be null (absent: ``_hit``).
+    """
+    if type(item) is not dict:
+        return None
+    memory = item.get("memory")
+    if type(memory) is not dict:
+        return None
+    try:  # every field is present in the common form; an absent one goes to ``_hit``
+        memory_id, org_id, agent_id = memory["id"], memory["org_id"], memory["agent_id"]
+        content, category, source = memory["content"], memory["category"], item["source"]
+        confidence, similarity, rank = memory["confidence"], item["similarity"], item["rank"]
+        usefulness, count = memory["usefulness_score"], memory["retrieval_count"]
+        created_at, raw_tags = memory["created_at"], memory["tags"]
+    except KeyError:
+        return None
+    ids = _CANONICAL_IDS
+    if not (type(memory_id) is str and (memory_id in ids or _learn_id(memory_id))
+            and type(org_id) is str and (org_id in ids or _learn_id(org_id))
+            and type(agent_id) is str and (agent_id in ids or _learn_id(agent_id))
+            and type(content) is str and content.isascii() and type(category) is str
+            and category.isascii() and type(source) is str and source.isascii()
+            and type(confidence) is float and 0.0 <= confidence <= 1.0
+            and type(similarity) is float and -_FLOAT_MAX <= similarity <= _FLOAT_MAX
+            and type(rank) is int and rank >= 1
+            and (usefulness is None or (type(usefulness) is float and 0.0 <= usefulness <= 1.0))
+            and (count is None or (type(count) is int and count >= 0))):
+        return None
+    moment = None if created_at is None else _moment(created_at)
+    tags = _plain_tags(raw_tags)
+    if tags is None or (moment is None and created_at is not None):
+        return None
+    return MemoryHit(memory_id, org_id, agent_id, content, category, confidence, similarity, rank,
+                     source, usefulness, moment, 0 if count is None else count, tags)
+
+
+def _learn_id(value: str) -> bool:
+    """Whether ``value`` is a lower-case hyphenated UUID (remembered when it is)."""
+    if _CANONICAL_UUID.fullmatch(value) is None:
+        return False
+    _remember(_CANONICAL_IDS, value, None)
+    return True
+
+
+def _plain_tags(value: object) -> tuple[str, ...] | None:
+    """Null tags or a list of ASCII strings as a tuple; anything else None."""
+    if value is None:
+        return ()
+    if type(value) is not list:
+        return None
+    for tag in value:
+        if type(tag) is not str or not tag.isascii():
+            return None
+    return tuple(value)
+
+
+def _moment(value: object) -> datetime | None:
+    """An ISO-8601 string as an aware datetime (no offset: UTC), or None when it is not one."""
+    if type(value) is not str:
+        return None
+    moment = _MOMENTS.get(value)
+    if moment is None:
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        _remember(_MOMENTS, value, moment)
+    return moment
+
+
+def _remember(cache: dict[_K, _V], key: _K, value: _V, limit: int = _CACHE_LIMIT) -> None:
+    if len(cache) >= limit:
+        cache.clear()
+    cache[key] = value
 
 
 def _hit(item: object) -> MemoryHit:
@@ -174,7 +295,7 @@ def _string(value: object, name: str) -> str:
 
 def _uuid(value: object, name: str) -> str:
     text = _string(value, name)
-    if _CANONICAL_UUID.fullmatch(text):
+    if text in _CANONICAL_IDS or _learn_id(text):
         return text  # the common form, already normalised
     try:
         return str(uuid.UUID(text))
@@ -192,11 +313,10 @@ def _choice(value: object, name: str, allowed: tuple[str, ...]) -> str:
 def _timestamp(value: object, name: str) -> datetime:
     """ISO-8601; a timestamp without an offset is read as UTC (the service stores timestamptz)."""
     text = _string(value, name)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise _FieldError(name, f"expected an ISO-8601 timestamp, got {text[:40]!r}") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    moment = _moment(text)
+    if moment is None:
+        raise _FieldError(name, f"expected an ISO-8601 timestamp, got {text[:40]!r}")
+    return moment
 
 
 def _tags(value: object, name: str) -> tuple[str, ...]:

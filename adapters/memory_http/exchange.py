@@ -9,14 +9,18 @@ How:
 - A call first takes one of ``pool_size`` slots, waiting at most its own timeout. Nothing is on the
   wire yet, so giving up here is free.
 - The HTTP exchange then runs in its own task, which owns the slot and reads the WHOLE answer
-  before aiohttp may pool the connection again. The caller waits for that task up to its timeout;
-  when the caller gives up (timeout or cancellation) the task carries on and drains the late answer,
-  so the connection is reused instead of closed.
+  before aiohttp may pool the connection again. The caller waits, up to its timeout, for a future
+  the task resolves with the answer (or the port error); when the caller gives up (timeout or
+  cancellation) only that future is abandoned: the task carries on and drains the late answer, so
+  the connection is reused instead of closed.
 - Each exchange has a hard cap of ``timeout + drain_grace_s``: past it the task is cancelled and the
   connection is closed, never pooled (aiohttp closes a connection whose answer is unread, and we
   close it explicitly as well). Open connections never exceed ``pool_size``; new connections are
   bounded by ``pool_size`` per hard cap even when every call times out; a slow upstream sees at most
   ``pool_size`` requests in flight (callers over that shed load locally).
+
+Cost: a free slot is taken without a timer; the task hands its answer straight to the caller's
+future (no extra hop through the task's done callbacks); the done callback only frees the slot.
 
 Note: aiohttp itself retries an idempotent request (GET) once when a *reused* keep-alive
 connection is dropped before any answer (RFC 9112 section 9.3.1.1); POSTs are never retried.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from functools import partial
 
 import aiohttp
 import attrs
@@ -63,7 +68,7 @@ class PooledExchange:
         self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
         self._slots: asyncio.Semaphore | None = None
-        self._inflight: set[asyncio.Task[Reply]] = set()
+        self._inflight: set[asyncio.Task[None]] = set()
         self._closed = False
 
     async def send(self, request: Request, *, timeout_s: float) -> Reply:
@@ -73,29 +78,23 @@ class PooledExchange:
             raise MemorySourceTimeoutError(f"no time budget for the call (timeout_s={timeout_s!r})")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        owned = False
-        try:
-            async with asyncio.timeout_at(deadline):
-                await slots.acquire()
-                owned = True
-                if self._closed:
-                    raise MemorySourceClosedError("memory source closed while the call waited")
-                task = loop.create_task(self._exchange(session, request, timeout_s + self._drain_grace_s))
-                owned = False  # the task releases the slot from now on
-        except TimeoutError:
-            raise MemorySourceTimeoutError(
-                f"memory service timeout: no free connection within {timeout_s * 1000:.0f} ms") from None
-        finally:
-            if owned:
-                slots.release()
+        await _take_slot(slots, deadline, timeout_s)
+        if self._closed:
+            slots.release()
+            raise MemorySourceClosedError("memory source closed while the call waited")
+        answer: asyncio.Future[Reply] = loop.create_future()
+        task = loop.create_task(self._exchange(session, request, answer, timeout_s + self._drain_grace_s))
         self._inflight.add(task)
-        task.add_done_callback(self._settle)
-        done, _ = await asyncio.wait((task,), timeout=max(deadline - loop.time(), 0.0))
-        if not done:
-            raise MemorySourceTimeoutError(f"memory service timeout after {timeout_s * 1000:.0f} ms")
-        if task.cancelled():
-            raise MemorySourceClosedError("memory source closed during the call")
-        return task.result()
+        task.add_done_callback(partial(self._settle, slots, answer))
+        timer = loop.call_at(deadline, _expire, answer, timeout_s)
+        try:
+            return await answer
+        except asyncio.CancelledError:
+            if answer.done() and not answer.cancelled():
+                answer.exception()  # an answer that raced the cancellation: mark it retrieved
+            raise
+        finally:
+            timer.cancel()
 
     async def close(self) -> None:
         """Cancel exchanges still running and close every connection."""
@@ -123,28 +122,29 @@ class PooledExchange:
             self._slots = asyncio.Semaphore(self._pool_size)
         return self._session, self._slots
 
-    def _settle(self, task: asyncio.Task[Reply]) -> None:
+    def _settle(self, slots: asyncio.Semaphore, answer: asyncio.Future[Reply], task: asyncio.Task[None]) -> None:
+        """Free the slot once the exchange is over (answered, failed, cancelled or abandoned)."""
         self._inflight.discard(task)
+        slots.release()
+        if not answer.done():  # cancelled before its first step, the exchange could not tell the caller
+            answer.set_exception(MemorySourceClosedError("memory source closed during the call"))
         if not task.cancelled():
-            task.exception()  # an abandoned call's failure is expected: mark it retrieved
+            task.exception()  # mark retrieved; the exchange reports through ``answer``
 
-    async def _exchange(self, session: aiohttp.ClientSession, request: Request, cap_s: float) -> Reply:
-        assert self._slots is not None
+    async def _exchange(self, session: aiohttp.ClientSession, request: Request,
+                        answer: asyncio.Future[Reply], cap_s: float) -> None:
+        """Run one exchange under its hard cap; the outcome goes to ``answer`` unless abandoned."""
         try:
             async with asyncio.timeout(cap_s):
-                return await self._round_trip(session, request)
-        except TimeoutError:
-            raise MemorySourceTimeoutError(f"memory service timeout after {cap_s * 1000:.0f} ms") from None
-        except aiohttp.ClientError as exc:
-            raise MemorySourceUnavailableError(f"memory service transport error: {_describe(exc)}") from exc
-        except (OSError, ValueError) as exc:
-            raise MemorySourceUnavailableError(f"memory service transport error: {_describe(exc)}") from exc
-        except MemorySourceUnavailableError:
+                reply = await self._round_trip(session, request)
+        except asyncio.CancelledError:
+            _fail(answer, MemorySourceClosedError("memory source closed during the call"))
             raise
-        except Exception as exc:  # a library failure we did not foresee still may not cross the port
-            raise MemorySourceUnavailableError(f"memory service client failure: {_describe(exc)}") from exc
-        finally:
-            self._slots.release()
+        except Exception as exc:
+            _fail(answer, _port_error(exc, cap_s))
+        else:
+            if not answer.done():  # a caller that gave up gets nothing
+                answer.set_result(reply)
 
     async def _round_trip(self, session: aiohttp.ClientSession, request: Request) -> Reply:
         async with session.request(
@@ -165,13 +165,51 @@ class PooledExchange:
                 f"memory service answer too large: {declared} bytes > {self._max_body_bytes}")
         chunks: list[bytes] = []
         size = 0
-        async for chunk in response.content.iter_any():
+        read = response.content.readany
+        while chunk := await read():
             size += len(chunk)
             if size > self._max_body_bytes:
                 raise MemorySourceUnavailableError(
                     f"memory service answer too large: over {self._max_body_bytes} bytes")
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+async def _take_slot(slots: asyncio.Semaphore, deadline: float, timeout_s: float) -> None:
+    """Take a slot, waiting until ``deadline`` at most (a free slot is taken at once, untimed)."""
+    if not slots.locked():
+        await slots.acquire()  # does not suspend while a slot is free
+        return
+    try:
+        async with asyncio.timeout_at(deadline):
+            await slots.acquire()  # cancellation-safe: a slot granted as the timer fires is given back
+    except TimeoutError:
+        raise MemorySourceTimeoutError(
+            f"memory service timeout: no free connection within {timeout_s * 1000:.0f} ms") from None
+
+
+def _expire(answer: asyncio.Future[Reply], timeout_s: float) -> None:
+    _fail(answer, MemorySourceTimeoutError(f"memory service timeout after {timeout_s * 1000:.0f} ms"))
+
+
+def _fail(answer: asyncio.Future[Reply], error: Exception) -> None:
+    """Fail the caller's future unless it is already settled (answered, timed out or abandoned)."""
+    if not answer.done():
+        answer.set_exception(error)
+
+
+def _port_error(exc: Exception, cap_s: float) -> Exception:
+    """The ports.errors exception for a failed exchange (port errors pass through)."""
+    if isinstance(exc, TimeoutError):
+        return MemorySourceTimeoutError(f"memory service timeout after {cap_s * 1000:.0f} ms")
+    if isinstance(exc, (aiohttp.ClientError, OSError, ValueError)):
+        error: Exception = MemorySourceUnavailableError(f"memory service transport error: {_describe(exc)}")
+    elif isinstance(exc, MemorySourceUnavailableError):
+        return exc
+    else:  # a library failure we did not foresee still may not cross the port
+        error = MemorySourceUnavailableError(f"memory service client failure: {_describe(exc)}")
+    error.__cause__ = exc
+    return error
 
 
 def _describe(exc: BaseException) -> str:

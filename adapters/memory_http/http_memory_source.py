@@ -70,14 +70,17 @@ class HttpMemorySource(MemorySource, FeedbackSink):
             raise ValueError(
                 "pool_size, max_body_bytes, drain_grace_s and keepalive_s must be positive, got "
                 f"{pool_size}, {max_body_bytes}, {drain_grace_s}, {keepalive_s}")
-        self._auth = f"Bearer {token}"
+        self._plain_headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        self._json_headers = {**self._plain_headers, "Content-Type": "application/json"}
+        self._hot_url = f"{self._base}/v1/memories/hot"
+        self._search_url = f"{self._base}/v1/memories/search"
         self._exchange = PooledExchange(pool_size=pool_size, drain_grace_s=drain_grace_s,
                                         max_body_bytes=max_body_bytes, keepalive_s=keepalive_s)
 
     async def hot(self, query: HotQuery, *, timeout_s: float) -> MemoryBatch:
         params = {"agent_id": query.agent_id, "limit": str(query.limit),
                   "min_confidence": str(float(query.min_confidence))}
-        request = Request("GET", f"{self._base}/v1/memories/hot", self._headers(query.call), params=params)
+        request = Request("GET", self._hot_url, self._headers(query.call), params=params)
         return _fenced(decode_batch(_checked(await self._exchange.send(request, timeout_s=timeout_s)).body),
                        query.org_id, query.agent_id)
 
@@ -90,14 +93,13 @@ class HttpMemorySource(MemorySource, FeedbackSink):
             payload["categories"] = list(query.categories)
         if query.tags:
             payload["tags"] = list(query.tags)
-        request = Request("POST", f"{self._base}/v1/memories/search",
-                          self._headers(query.call, json_body=True), body=_json(payload))
+        request = Request("POST", self._search_url, self._headers(query.call, json_body=True), body=_json(payload))
         return _fenced(decode_batch(_checked(await self._exchange.send(request, timeout_s=timeout_s)).body),
                        query.org_id, query.agent_id)
 
     async def record(self, item: FeedbackItem, *, timeout_s: float) -> FeedbackResult:
         memory_id = _memory_id(item.memory_id)
-        headers = self._headers(CallContext(trace_id=item.trace_id or ""), json_body=True)
+        headers = dict(self._headers(CallContext(trace_id=item.trace_id or ""), json_body=True))
         if item.idempotency_key:
             headers["Idempotency-Key"] = _idempotency_key(item.idempotency_key)
         payload = {"feedback": item.feedback, "session_id": item.session_id,
@@ -118,9 +120,11 @@ class HttpMemorySource(MemorySource, FeedbackSink):
         return self._exchange.in_flight
 
     def _headers(self, call: CallContext, *, json_body: bool = False) -> dict[str, str]:
-        headers = {"Authorization": self._auth, "Accept": "application/json"}
-        if json_body:
-            headers["Content-Type"] = "application/json"
+        """The request headers; the shared prepared dict when there are no correlation ids (read-only)."""
+        prepared = self._json_headers if json_body else self._plain_headers
+        if not (call.request_id or call.trace_id):
+            return prepared
+        headers = dict(prepared)
         if _HEADER_VALUE.fullmatch(call.request_id):
             headers["X-Request-ID"] = call.request_id
         if _HEADER_VALUE.fullmatch(call.trace_id):

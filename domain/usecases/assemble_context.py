@@ -15,6 +15,8 @@ Business rules:
 
 from __future__ import annotations
 
+import asyncio
+
 import attrs
 
 from domain.budget import BudgetRequest, TokenBudget, calculate_budget, memory_costs
@@ -114,8 +116,10 @@ class AssembleContext:
         budget_ms, mark = self._lap(mark)
         pool = self._pool(request, retrieval, level)
         ranking_ms, mark = self._lap(mark)
+        await _let_others_run()
         priced = self._pack(pool, budget, counter, nonce)
         packing_ms, mark = self._lap(mark)
+        await _let_others_run()
         packed = self._format(request, pool, budget, counter, nonce, directive, priced)
         formatting_ms, _ = self._lap(mark)
         timings = _Timings(budget_ms, ranking_ms, packing_ms, formatting_ms, (self._clock.monotonic() - started) * 1000.0)
@@ -222,6 +226,12 @@ class AssembleContext:
             trace_id=request.trace_id,
             span_id=request.span_id,
         )
+
+
+async def _let_others_run() -> None:
+    """Yield to the event loop between CPU stages, so that concurrent assemblies' I/O completions
+    (a directive reply, say) are handled before their branch timers expire."""
+    await asyncio.sleep(0)
 
 
 def degradation_level(retrieval: RetrievalOutcome) -> str:

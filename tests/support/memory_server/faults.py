@@ -123,12 +123,14 @@ class FaultSwitches:
             latency = f.latency_ms + self._random.uniform(0.0, f.jitter_ms)
             if f.slow_fraction and self._random.random() < f.slow_fraction:
                 latency = f.slow_ms
-            status_now, status_left = _take(f.status_times) if f.status else (False, None)
-            reset_now, reset_left = _take(f.reset_times) if f.reset else (False, None)
-            self._faults[endpoint] = attrs.evolve(
-                f, status=f.status if status_left != 0 else None, status_times=status_left,
-                reset=f.reset and reset_left != 0, reset_times=reset_left,
-            )
+            status_now = reset_now = False
+            if f.status or f.reset:  # counted switches: consume one use
+                status_now, status_left = _take(f.status_times) if f.status else (False, None)
+                reset_now, reset_left = _take(f.reset_times) if f.reset else (False, None)
+                self._faults[endpoint] = attrs.evolve(
+                    f, status=f.status if status_left != 0 else None, status_times=status_left,
+                    reset=f.reset and reset_left != 0, reset_times=reset_left,
+                )
         return Plan(latency / 1000.0, f.status if status_now else None, reset_now, f)
 
     def _set(self, endpoint: str, **changes: object) -> None:

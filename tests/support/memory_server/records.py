@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import attrs
 from aiohttp import web
+
+if TYPE_CHECKING:
+    from yarl import URL  # aiohttp's URL type (request.rel_url)
 
 ANY_ORG = "*"  # a token mapped to ANY_ORG is a service token: any registered agent, its owner's org
 NAMESPACE = uuid.UUID("6f1d3a52-9c1e-4b7a-8a53-2f4d0c7e9b10")
@@ -29,6 +34,24 @@ class LoggedRequest:
 
     def json(self) -> object:
         return json.loads(self.body)
+
+    @classmethod
+    def of(cls, raw: RawRequest) -> LoggedRequest:
+        return cls(endpoint=raw.endpoint, method=raw.method, path=raw.url.path, query=dict(raw.url.query),
+                   headers={k.lower(): v for k, v in raw.headers.items()}, body=raw.body,
+                   latency_ms=raw.latency_ms)
+
+
+@attrs.frozen
+class RawRequest:
+    """What the server keeps of a request while answering (cheap); ``LoggedRequest.of`` reads it."""
+
+    endpoint: str
+    method: str
+    url: URL  # the request's relative URL (path and query), immutable
+    headers: Mapping[str, str]  # the request's (immutable) header proxy
+    body: bytes
+    latency_ms: float
 
 
 @attrs.define
@@ -81,7 +104,13 @@ def unprocessable(message: str) -> web.Response:
     return web.json_response({"detail": [{"loc": ["body"], "msg": message, "type": "value_error"}]}, status=422)
 
 
-def results(rows: list[tuple[StoredMemory, float]], source: str) -> web.Response:
+def results_body(rows: list[tuple[StoredMemory, float]], source: str) -> bytes:
+    """The JSON body of a hot/search answer (as ``web.json_response`` would render it)."""
     items = [{"memory": m.to_json(), "similarity": s, "rank": i, "source": source}
              for i, (m, s) in enumerate(rows, start=1)]
-    return web.json_response({"data": {"results": items}})
+    return json.dumps({"data": {"results": items}}).encode("utf-8")
+
+
+def json_answer(body: bytes) -> web.Response:
+    """A 200 answer with an already rendered JSON body (same headers as ``web.json_response``)."""
+    return web.Response(body=body, content_type="application/json", charset="utf-8")

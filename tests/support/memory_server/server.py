@@ -6,6 +6,7 @@ import asyncio
 import json
 import threading
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
@@ -13,9 +14,10 @@ from aiohttp import web
 
 from tests.support.memory_server import records
 from tests.support.memory_server.faults import FaultSwitches, corrupt, reset_connection
-from tests.support.memory_server.records import ANY_ORG, LoggedRequest, StoredMemory
+from tests.support.memory_server.records import ANY_ORG, LoggedRequest, RawRequest, StoredMemory
 
 Producer = Callable[[web.Request, str, bytes], web.Response]
+_ANSWER_LIMIT = 1024  # rendered answers kept; a full cache is emptied and refilled
 
 
 class MemoryServer(FaultSwitches):
@@ -25,15 +27,21 @@ class MemoryServer(FaultSwitches):
     clear_faults) come from FaultSwitches; ``requests()`` is the request log and
     ``connections_accepted`` counts TCP connections. Agent ids are global (as in the real
     service): each has one owner org.
+
+    Hot path (load benchmarks): a good hot/search answer is rendered once per (org, endpoint, query
+    string or body) and kept until memories, agents or feedback change; fault switches apply on top
+    of the kept answer. The request log keeps the last ``log_limit`` requests, unparsed until read.
     """
 
-    def __init__(self, *, seed: int = 0) -> None:
+    def __init__(self, *, seed: int = 0, log_limit: int = 10_000) -> None:
         super().__init__(seed)
         self._lock = threading.Lock()
         self._tokens: dict[str, str] = {}
         self._agents: dict[str, str] = {}
         self._memories: dict[str, StoredMemory] = {}
-        self._log: list[LoggedRequest] = []
+        self._log: deque[RawRequest] = deque(maxlen=log_limit)
+        self._answers: dict[tuple[str, str, object], bytes] = {}
+        self._generation = 0  # bumped (and answers dropped) whenever what an answer shows changes
         self._idempotent: dict[tuple[str, str], dict[str, object]] = {}
         self._accepted = 0
         self._thread: threading.Thread | None = None
@@ -51,6 +59,7 @@ class MemoryServer(FaultSwitches):
     def add_agent(self, org_id: str, agent_id: str) -> None:
         with self._lock:
             self._agents[agent_id] = org_id
+            self._changed()
 
     def add_memory(self, org_id: str, agent_id: str, content: str, **fields: object) -> str:
         """Store one memory (other fields as in StoredMemory) and return its id."""
@@ -61,6 +70,7 @@ class MemoryServer(FaultSwitches):
         with self._lock:
             self._agents[agent_id] = org_id
             self._memories[memory.id] = memory
+            self._changed()
         return memory.id
 
     def feedback_totals(self, memory_id: str) -> tuple[int, int]:
@@ -70,8 +80,10 @@ class MemoryServer(FaultSwitches):
             return memory.positive, memory.negative
 
     def requests(self, endpoint: str | None = None) -> tuple[LoggedRequest, ...]:
+        """The logged requests (the last ``log_limit``), oldest first, of one endpoint or all."""
         with self._lock:
-            return tuple(r for r in self._log if endpoint in (None, r.endpoint))
+            raw = [r for r in self._log if endpoint in (None, r.endpoint)]
+        return tuple(LoggedRequest.of(r) for r in raw)
 
     def clear_log(self) -> None:
         with self._lock:
@@ -114,13 +126,30 @@ class MemoryServer(FaultSwitches):
         return handle
 
     def _record(self, name: str, request: web.Request, body: bytes, latency_s: float) -> None:
-        entry = LoggedRequest(
-            endpoint=name, method=request.method, path=request.path, query=dict(request.query),
-            headers={k.lower(): v for k, v in request.headers.items()}, body=body,
-            latency_ms=latency_s * 1000.0,
-        )
+        entry = RawRequest(name, request.method, request.rel_url, request.headers, body, latency_s * 1000.0)
         with self._lock:
             self._log.append(entry)
+
+    def _changed(self) -> None:
+        """Call with the lock held after changing what answers show."""
+        self._generation += 1
+        self._answers.clear()
+
+    def _kept(self, key: tuple[str, str, object], render: Callable[[], bytes | web.Response]) -> web.Response:
+        """The good answer for ``key``, rendered once per state generation; errors are not kept."""
+        with self._lock:
+            body, generation = self._answers.get(key), self._generation
+        if body is None:
+            rendered = render()
+            if isinstance(rendered, web.Response):
+                return rendered
+            body = rendered
+            with self._lock:
+                if generation == self._generation:  # nothing changed while rendering
+                    if len(self._answers) >= _ANSWER_LIMIT:
+                        self._answers.clear()
+                    self._answers[key] = body
+        return records.json_answer(body)
 
     def _authenticate(self, request: web.Request) -> str | web.Response:
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
@@ -140,6 +169,12 @@ class MemoryServer(FaultSwitches):
                     if m.org_id == owner and m.agent_id == agent_id and m.confidence >= min_confidence]
 
     def _hot(self, request: web.Request, org: str, _body: bytes) -> web.Response:
+        return self._kept(("hot", org, request.query_string), lambda: self._render_hot(request, org))
+
+    def _search(self, _request: web.Request, org: str, body: bytes) -> web.Response:
+        return self._kept(("search", org, body), lambda: self._render_search(org, body))
+
+    def _render_hot(self, request: web.Request, org: str) -> bytes | web.Response:
         try:
             agent_id = request.query["agent_id"]
             limit = int(request.query.get("limit", "20"))
@@ -152,9 +187,9 @@ class MemoryServer(FaultSwitches):
         if rows is None:
             return records.error(403, "AGENT_NOT_AUTHORIZED", "Agent not authorized")
         rows.sort(key=lambda m: (-m.hot_score, m.id))
-        return records.results([(m, m.hot_score) for m in rows[:limit]], "hot_cache")
+        return records.results_body([(m, m.hot_score) for m in rows[:limit]], "hot_cache")
 
-    def _search(self, _request: web.Request, org: str, body: bytes) -> web.Response:
+    def _render_search(self, org: str, body: bytes) -> bytes | web.Response:
         try:
             data = json.loads(body)
             agent_id, query = str(data["agent_id"]), data["query"]
@@ -173,7 +208,7 @@ class MemoryServer(FaultSwitches):
                   if (not categories or m.category in categories) and (not tags or tags & set(m.tags))]
         scored = [(m, s) for m, s in scored if s > 0.0 and s >= min_similarity]
         scored.sort(key=lambda pair: (-pair[1], pair[0].id))
-        return records.results(scored[:limit], "vector")
+        return records.results_body(scored[:limit], "vector")
 
     def _feedback(self, request: web.Request, org: str, body: bytes) -> web.Response:
         memory_id = request.match_info["memory_id"]
@@ -192,6 +227,7 @@ class MemoryServer(FaultSwitches):
             if key and (key, memory_id) in self._idempotent:
                 return web.json_response({"data": self._idempotent[(key, memory_id)]})
             answer = records.apply_feedback(memory, value)
+            self._changed()
             if key:
                 self._idempotent[(key, memory_id)] = answer
         return web.json_response({"data": answer})
