@@ -251,9 +251,11 @@ class ExactTokenCounter(TokenCounter):
         return total + self.count(pending)
 
     def cache_stats(self) -> ChunkCacheStats:
-        """Hits, misses and size of the chunk cache."""
-        info = self._cached_count.cache_info()
-        return ChunkCacheStats(hits=info.hits, misses=info.misses, size=info.currsize)
+        """Hits and misses of the caches (a whole-text hit counts as a hit; a whole-text miss falls
+        through to the chunk cache, where it is counted) and the size of the chunk cache."""
+        chunks = self._cached_count.cache_info()
+        texts = self._cached_text_count.cache_info()
+        return ChunkCacheStats(hits=chunks.hits + texts.hits, misses=chunks.misses, size=chunks.currsize)
 
     def _count_uncached(self, text: str) -> int:
         return sum(map(self._count_line, split_lines(text)))

@@ -232,8 +232,9 @@ async def test_a_caller_deadline_shorter_than_the_wall_is_respected(
 async def test_caller_cancellation_is_seen_as_cancelled_by_the_server(harness: Harness, memory_server: MemoryServer) -> None:
     memory_server.set_latency("hot", SLOW_MS)
     memory_server.set_latency("search", SLOW_MS)
+    memory_server.clear_log()
     call = harness.stub.AssembleContext(assemble_request(), timeout=5)
-    await wait_until(lambda: len(memory_server.requests("hot")) >= 1)
+    await wait_until(lambda: len(memory_server.requests("hot")) >= 1)  # the call is in the server
     call.cancel()
 
     with pytest.raises(asyncio.CancelledError):
@@ -360,6 +361,7 @@ async def test_reflection_lists_the_service(harness: Harness) -> None:
 async def test_shutdown_lets_in_flight_calls_finish_and_refuses_new_ones(harness: Harness, memory_server: MemoryServer) -> None:
     memory_server.set_latency("hot", 250)
     memory_server.set_latency("search", 250)
+    memory_server.clear_log()
     calls = [harness.stub.AssembleContext(assemble_request(), timeout=10) for _ in range(6)]
     await wait_until(lambda: len(memory_server.requests("hot")) >= 6)
 
