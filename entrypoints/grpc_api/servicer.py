@@ -117,6 +117,8 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
                 if scope.deadline_s is not None and scope.deadline_s <= 0:
                     raise DeadlineExpiredError
                 yield scope
+                if _deadline_passed(context):
+                    code = grpc.StatusCode.DEADLINE_EXCEEDED  # the answer can no longer reach the caller
             except asyncio.CancelledError:
                 code = _cancel_code(context)
                 raise
@@ -166,7 +168,11 @@ async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, messa
         raise asyncio.CancelledError from None
 
 
+def _deadline_passed(context: grpc.aio.ServicerContext) -> bool:
+    remaining = context.time_remaining()
+    return remaining is not None and remaining <= 0
+
+
 def _cancel_code(context: grpc.aio.ServicerContext) -> grpc.StatusCode:
     """CANCELLED when the caller went away, DEADLINE_EXCEEDED when its deadline ran out."""
-    remaining = context.time_remaining()
-    return grpc.StatusCode.DEADLINE_EXCEEDED if remaining is not None and remaining <= 0 else grpc.StatusCode.CANCELLED
+    return grpc.StatusCode.DEADLINE_EXCEEDED if _deadline_passed(context) else grpc.StatusCode.CANCELLED
