@@ -123,12 +123,6 @@ def order_for_output(memories: Sequence[FormattableMemory]) -> tuple[Formattable
     return tuple(memory for _, memory in indexed)
 
 
-def memories_section(nonce: str, memories: Sequence[FormattableMemory]) -> str:
-    return ELEMENT_JOIN.join(
-        memory_element(nonce, m.memory_id, m.category, m.content) for m in order_for_output(memories)
-    )
-
-
 def format_context(
     request: FormatRequest, elements: Mapping[str, tuple[str, str]] | None = None
 ) -> FormattedContext:
