@@ -30,7 +30,7 @@ from tests.support.redis_server import RedisServer, free_port
 REPO = Path(__file__).resolve().parents[1]
 P99_LIMIT_MS = 40.0
 HEADER = (f"{'phase':<6} {'offered':>7} {'achieved':>8} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'max ms':>7} "
-          f"{'errors':>6} {'degraded':>8} {'cands':>5} {'svc cpu ms/req':>14} {'mem cpu ms/req':>14}")
+          f"{'errors':>6} {'degraded':>8} {'cands':>5} {'svc cpu ms/req':>14} {'mem cpu ms/req':>14} {'drv cpu ms/req':>14}")
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -58,7 +58,8 @@ def row(phase: str, result: dict) -> str:
     cands = result["candidates"] / result["ok"] if result["ok"] else 0.0
     return (f"{phase:<6} {result['rate']:>7.0f} {achieved:>8.1f} {percentile(lat, .5):>7.1f} {percentile(lat, .95):>7.1f} "
             f"{percentile(lat, .99):>7.1f} {max(lat, default=float('nan')):>7.1f} {errors:>6d} {result['degraded']:>8d} "
-            f"{cands:>5.1f} {result['service_cpu_s'] * per_request:>14.2f} {result['memory_cpu_s'] * per_request:>14.2f}")
+            f"{cands:>5.1f} {result['service_cpu_s'] * per_request:>14.2f} {result['memory_cpu_s'] * per_request:>14.2f} "
+            f"{result['driver_cpu_s'] * per_request:>14.2f}")
 
 
 @contextmanager

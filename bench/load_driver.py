@@ -19,6 +19,7 @@ import time
 
 import attrs
 import grpc
+import uvloop
 
 from contracts.ibex.context.v1 import context_pb2 as pb
 from contracts.ibex.context.v1 import context_pb2_grpc as pb_grpc
@@ -106,7 +107,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--agent", required=True)
     parser.add_argument("--channels", type=int, default=4)
     args = parser.parse_args(argv)
-    result = asyncio.run(drive(args.target, args.rate, args.duration, args.org, args.agent, args.channels))
+    started_cpu = time.process_time()
+    result = uvloop.run(drive(args.target, args.rate, args.duration, args.org, args.agent, args.channels))
+    result["driver_cpu_s"] = time.process_time() - started_cpu
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
 

@@ -122,6 +122,8 @@ def calculate_budget(request: BudgetRequest, counter: TokenCounter) -> TokenBudg
     )
 
 
-def memory_costs(counter: TokenCounter, elements: Sequence[tuple[str, str]]) -> tuple[int, ...]:
-    """The cost charged per memory: its element (head, tail) plus the newline that follows it."""
-    return tuple(counter.count_joined((head, tail + "\n")) for head, tail in elements)
+def memory_costs(counter: TokenCounter, head: str, tail_lines: Sequence[str]) -> tuple[int, ...]:
+    """The cost charged per memory: its whole element plus the separator that follows it, given as
+    the assembly's shared element head and each memory's tail line (``formatter.element_tail_line``)."""
+    count_joined = counter.count_joined
+    return tuple([count_joined((head, line)) for line in tail_lines])

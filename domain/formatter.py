@@ -19,8 +19,9 @@ Byte-identical to the reference for the same inputs and nonce whenever a directi
 
 from __future__ import annotations
 
+import functools
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import attrs
 
@@ -59,12 +60,41 @@ def safety_sentence(nonce: str) -> str:
 
 
 def memory_element_parts(nonce: str, memory_id: str, category: str, content: str) -> tuple[str, str]:
-    """One memory element as (opening tag line, body and closing tag); joined, the element."""
-    open_tag = (
-        f'<{TAG_NAME} nonce="{escape_attribute(nonce)}" id="{escape_attribute(memory_id)}" '
-        f'category="{escape_attribute(category)}">'
+    """One memory element as (head, tail); joined, the element.
+
+    The head ``<ibex_memory nonce=".."`` is the same for every element of one assembly; the tail
+    (`` id=".." category="..">``, the body and the closing tag) does not depend on the nonce, so a
+    token counter can price both from its cache. They meet at a space that follows a non-space.
+    """
+    return element_head(nonce), element_tail_line(memory_id, category, content)[: -len(ELEMENT_JOIN)]
+
+
+def element_head(nonce: str) -> str:
+    """The nonce-bearing start shared by every memory element of one assembly."""
+    return f'<{TAG_NAME} nonce="{escape_attribute(nonce)}"'
+
+
+def element_tail_line(memory_id: str, category: str, content: str) -> str:
+    """An element's tail followed by the element separator: what the packer charges after the head.
+
+    Pure, and memoised for memories up to 4096 characters: the same memories come back call after
+    call, and escaping them is most of what rendering costs. The same string object is returned
+    for the same memory, so counters and caches downstream hash it once.
+    """
+    if len(content) <= _MEMO_MAX_CONTENT_CHARS:
+        return _memoised_tail_line(memory_id, category, content)
+    return _render_tail_line(memory_id, category, content)
+
+
+def _render_tail_line(memory_id: str, category: str, content: str) -> str:
+    return (
+        f' id="{escape_attribute(memory_id)}" category="{escape_attribute(category)}">\n'
+        f"{escape_body(content)}\n{CLOSE_TAG}{ELEMENT_JOIN}"
     )
-    return f"{open_tag}\n", f"{escape_body(content)}\n{CLOSE_TAG}"
+
+
+_MEMO_MAX_CONTENT_CHARS = 4096
+_memoised_tail_line = functools.lru_cache(maxsize=4096)(_render_tail_line)
 
 
 def memory_element(nonce: str, memory_id: str, category: str, content: str) -> str:
@@ -123,23 +153,17 @@ def order_for_output(memories: Sequence[FormattableMemory]) -> tuple[Formattable
     return tuple(memory for _, memory in indexed)
 
 
-def format_context(
-    request: FormatRequest, elements: Mapping[str, tuple[str, str]] | None = None
-) -> FormattedContext:
+def format_context(request: FormatRequest) -> FormattedContext:
     """Render the context block. Deterministic for a given request (including its nonce).
 
-    ``elements`` may hold already rendered element parts by memory id (as ``memory_element_parts``
-    renders them for this nonce), so that a caller that priced them does not render them twice.
-    ``parts`` of the result cut the text at each element's head and tail, as they were priced.
+    ``parts`` of the result cut the text at each element's head and tail, as the packer priced them.
     """
     if not request.nonce:
         raise InvalidRequestError("nonce", "nonce must be a non-empty string")
-    known = elements or {}
-    rendered = [
-        known.get(m.memory_id) or memory_element_parts(request.nonce, m.memory_id, m.category, m.content)
-        for m in order_for_output(request.memories)
-    ]
-    element_parts = [part for head, tail in rendered for part in (head, tail + ELEMENT_JOIN)]
+    head = element_head(request.nonce)
+    element_parts: list[str] = []
+    for m in order_for_output(request.memories):
+        element_parts += (head, element_tail_line(m.memory_id, m.category, m.content))
     if element_parts:
         element_parts[-1] = element_parts[-1][: -len(ELEMENT_JOIN)]
     sections = [

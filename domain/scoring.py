@@ -34,6 +34,7 @@ CATEGORY_HALF_LIFE_DAYS = {
 UNKNOWN_CATEGORY_HALF_LIFE_DAYS = 14.0
 NEUTRAL_USEFULNESS = 0.5
 _SECONDS_PER_DAY = 86400.0
+_LN2 = math.log(2.0)
 
 
 @attrs.frozen
@@ -54,7 +55,10 @@ class ScoredCandidate:
 
 
 def clamp_unit(value: float) -> float:
-    return min(1.0, max(0.0, value))
+    """``value`` clamped to [0, 1]; NaN becomes 0.0."""
+    if 0.0 <= value <= 1.0:
+        return value
+    return 1.0 if value > 1.0 else 0.0
 
 
 def recency_factor(category: str, created_at: datetime | None, now: datetime) -> float:
@@ -62,7 +66,7 @@ def recency_factor(category: str, created_at: datetime | None, now: datetime) ->
         return 0.0
     age_days = max(0.0, (now - created_at).total_seconds() / _SECONDS_PER_DAY)
     half_life = CATEGORY_HALF_LIFE_DAYS.get(category, UNKNOWN_CATEGORY_HALF_LIFE_DAYS)
-    return math.exp(-math.log(2.0) * age_days / half_life)
+    return math.exp(-_LN2 * age_days / half_life)
 
 
 def score_schema(options: AssemblyOptions) -> str:
@@ -70,26 +74,41 @@ def score_schema(options: AssemblyOptions) -> str:
 
 
 def score_hit(hit: MemoryHit, options: AssemblyOptions, now: datetime) -> ScoredCandidate:
+    return _score(hit, _weights(options), now)
+
+
+def score_hits(hits: Iterable[MemoryHit], options: AssemblyOptions, now: datetime) -> tuple[ScoredCandidate, ...]:
+    weights = _weights(options)
+    return tuple(_score(hit, weights, now) for hit in hits)
+
+
+_Weights = tuple[float, float, float, float]
+
+
+def _weights(options: AssemblyOptions) -> _Weights | None:
+    """(relevance, recency, usefulness, confidence) weights, negatives as 0; None: interim schema."""
+    if not options.uses_weights:
+        return None
+    return (
+        max(0.0, options.relevance_weight),
+        max(0.0, options.recency_weight),
+        max(0.0, options.usefulness_weight),
+        max(0.0, options.confidence_weight),
+    )
+
+
+def _score(hit: MemoryHit, weights: _Weights | None, now: datetime) -> ScoredCandidate:
     relevance = clamp_unit(hit.similarity)
     recency = recency_factor(hit.category, hit.created_at, now)
     usefulness = NEUTRAL_USEFULNESS if hit.usefulness is None else clamp_unit(hit.usefulness)
     confidence = clamp_unit(hit.confidence)
-    if options.uses_weights:
-        weights = (
-            (max(0.0, options.relevance_weight), relevance),
-            (max(0.0, options.recency_weight), recency),
-            (max(0.0, options.usefulness_weight), usefulness),
-            (max(0.0, options.confidence_weight), confidence),
-        )
-        total = sum(w for w, _ in weights)
-        score = sum(w * v for w, v in weights) / total
-    else:
+    if weights is None:
         score = INTERIM_SIMILARITY_WEIGHT * relevance + INTERIM_CONFIDENCE_WEIGHT * confidence
+    else:
+        w_rel, w_rec, w_use, w_conf = weights
+        weighted = w_rel * relevance + w_rec * recency + w_use * usefulness + w_conf * confidence
+        score = weighted / (w_rel + w_rec + w_use + w_conf)
     return ScoredCandidate(hit=hit, score=clamp_unit(score), relevance=relevance, recency=recency, usefulness=usefulness)
-
-
-def score_hits(hits: Iterable[MemoryHit], options: AssemblyOptions, now: datetime) -> tuple[ScoredCandidate, ...]:
-    return tuple(score_hit(hit, options, now) for hit in hits)
 
 
 def dedupe(candidates: Sequence[ScoredCandidate]) -> tuple[tuple[ScoredCandidate, ...], tuple[ScoredCandidate, ...]]:
@@ -101,12 +120,13 @@ def dedupe(candidates: Sequence[ScoredCandidate]) -> tuple[tuple[ScoredCandidate
     order: list[str] = []
     losers: list[ScoredCandidate] = []
     for candidate in candidates:
-        incumbent = best.get(candidate.memory_id)
+        key = candidate.hit.memory_id
+        incumbent = best.get(key)
         if incumbent is None:
-            best[candidate.memory_id] = candidate
-            order.append(candidate.memory_id)
+            best[key] = candidate
+            order.append(key)
         elif (candidate.score, -candidate.hit.rank) > (incumbent.score, -incumbent.hit.rank):
-            best[candidate.memory_id] = candidate
+            best[key] = candidate
             losers.append(incumbent)
         else:
             losers.append(candidate)
@@ -115,7 +135,7 @@ def dedupe(candidates: Sequence[ScoredCandidate]) -> tuple[tuple[ScoredCandidate
 
 def keep_best(candidates: Sequence[ScoredCandidate], max_memories: int) -> tuple[tuple[ScoredCandidate, ...], tuple[ScoredCandidate, ...]]:
     """The best ``max_memories`` by (score desc, id asc) and the rest; 0 means no cap."""
-    ranked = sorted(candidates, key=lambda c: c.canonical_key)
+    ranked = sorted(candidates, key=lambda c: (-c.score, c.hit.memory_id))  # canonical_key, inlined
     if max_memories <= 0:
         return tuple(ranked), ()
     return tuple(ranked[:max_memories]), tuple(ranked[max_memories:])

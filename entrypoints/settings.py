@@ -60,6 +60,9 @@ def is_loopback(addr: str) -> bool:
     return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
 @attrs.frozen
 class Settings:
     timeout_ms: float = 45.0
@@ -86,6 +89,7 @@ class Settings:
     principal_keys: str = ""
     allow_insecure_bind: bool = False
     log_level: str = "INFO"
+    event_loop: str = "uvloop"
 
     @property
     def retrieval_wall_ms(self) -> float:
@@ -131,6 +135,7 @@ class Settings:
             principal_keys=reader.text("IBEX_CONTEXT_PRINCIPAL_KEYS"),
             allow_insecure_bind=reader.boolean("IBEX_CONTEXT_ALLOW_INSECURE_BIND"),
             log_level=reader.choice("IBEX_CONTEXT_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")),
+            event_loop=reader.choice("IBEX_CONTEXT_EVENT_LOOP", "uvloop", EVENT_LOOPS),
         )
         settings.check_consistency()
         return settings

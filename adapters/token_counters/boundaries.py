@@ -61,6 +61,11 @@ def is_line_boundary(left: str, right: str) -> bool:
     return bool(head) and not head.isspace()
 
 
+def is_space_boundary(left: str, right: str) -> bool:
+    """True when the position between ``left`` and ``right`` is a space boundary of ``left + right``."""
+    return bool(left) and right[:1] == " " and not left[-1].isspace()
+
+
 def split_lines_by_regex(text: str) -> list[str]:
     """The regex statement of :func:`split_lines` (same result; slower without a "\\r")."""
     return _LINE_BOUNDARY.split(text)

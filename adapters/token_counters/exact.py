@@ -26,7 +26,7 @@ import tiktoken
 from domain.model.errors import UnsupportedEstimateKindError
 from ports.token_counter import TokenCounter
 
-from .boundaries import is_line_boundary, split_lines, split_words
+from .boundaries import is_line_boundary, is_space_boundary, split_lines, split_words
 
 EXACT_O200K_BASE = "exact_o200k_base"
 EXACT_CL100K_BASE = "exact_cl100k_base"
@@ -185,6 +185,11 @@ class EncodingStore:
         return self._loads[name]
 
 
+def _meet_at_boundary(left: str, right: str) -> bool:
+    """Both non-empty: is the position between them a line or a space boundary?"""
+    return is_space_boundary(left, right) or (left[-1] in "\r\n" and is_line_boundary(left, right))
+
+
 PROCESS_ENCODINGS = EncodingStore()
 """The one store of the process: vocabularies are immutable, so every registry shares them."""
 
@@ -237,18 +242,19 @@ class ExactTokenCounter(TokenCounter):
         return self._count_uncached(text)
 
     def count_joined(self, parts: Sequence[str]) -> int:
-        """Sum of per-part counts, merging neighbours whose boundary is not a line boundary."""
+        """Sum of per-part counts, merging neighbours that meet at neither a line nor a space boundary."""
         total = 0
         pending = ""
+        count = self.count
         for part in parts:
             if not part:
                 continue
-            if pending and not is_line_boundary(pending, part):
+            if pending and not _meet_at_boundary(pending, part):
                 pending += part
                 continue
-            total += self.count(pending)
+            total += count(pending)
             pending = part
-        return total + self.count(pending)
+        return total + count(pending)
 
     def cache_stats(self) -> ChunkCacheStats:
         """Hits and misses of the caches (a whole-text hit counts as a hit; a whole-text miss falls

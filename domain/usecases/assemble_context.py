@@ -20,7 +20,7 @@ import asyncio
 import attrs
 
 from domain.budget import BudgetRequest, TokenBudget, calculate_budget, memory_costs
-from domain.formatter import FormatRequest, FormattableMemory, format_context, memory_element_parts
+from domain.formatter import FormatRequest, FormattableMemory, element_head, element_tail_line, format_context
 from domain.model.assembly import (
     DEGRADATION_L0,
     DEGRADATION_L1,
@@ -151,22 +151,19 @@ class AssembleContext:
         )
 
     @staticmethod
-    def _pack(
-        pool: CandidatePool, budget: TokenBudget, counter: TokenCounter, nonce: str
-    ) -> tuple[dict[str, tuple[str, str]], tuple[int, ...], PackResult]:
-        elements = {
-            c.memory_id: memory_element_parts(nonce, c.memory_id, c.hit.category, c.hit.content) for c in pool.ranked
-        }
-        costs = memory_costs(counter, [elements[c.memory_id] for c in pool.ranked])
-        items = [PackItem(key=c.memory_id, score=c.score, cost=cost) for c, cost in zip(pool.ranked, costs, strict=True)]
-        return elements, costs, pack(items, budget.usable_budget)
+    def _pack(pool: CandidatePool, budget: TokenBudget, counter: TokenCounter, nonce: str) -> tuple[tuple[int, ...], PackResult]:
+        ranked = pool.ranked
+        lines = [element_tail_line(c.memory_id, c.hit.category, c.hit.content) for c in ranked]
+        costs = memory_costs(counter, element_head(nonce), lines)
+        items = [PackItem(key=c.memory_id, score=c.score, cost=cost) for c, cost in zip(ranked, costs, strict=True)]
+        return costs, pack(items, budget.usable_budget)
 
     @staticmethod
     def _format(
         request: AssembleRequest, pool: CandidatePool, budget: TokenBudget, counter: TokenCounter,
-        nonce: str, directive: str, priced: tuple[dict[str, tuple[str, str]], tuple[int, ...], PackResult],
+        nonce: str, directive: str, priced: tuple[tuple[int, ...], PackResult],
     ) -> _Packed:
-        elements, costs, result = priced
+        costs, result = priced
         chosen = set(result.selected)
         selected = [c for c in pool.ranked if c.memory_id in chosen]
         while True:
@@ -176,7 +173,6 @@ class AssembleContext:
                     memories=[FormattableMemory(c.memory_id, c.hit.category, c.hit.content) for c in selected],
                     tool_schemas=request.tool_schemas,
                 ),
-                elements,
             )
             tokens_used = counter.count_joined(formatted.parts)
             if tokens_used <= budget.prompt_limit or not selected:

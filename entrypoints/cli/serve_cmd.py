@@ -19,6 +19,7 @@ import signal
 import sys
 
 from entrypoints.cli.errors import CliError
+from entrypoints.cli.event_loop import run_loop
 from entrypoints.cli.service import RunningService, start_service
 from entrypoints.containers import StartupError
 from entrypoints.grpc_api.server import DEFAULT_GRACE_S
@@ -44,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.grace >= 0:
         raise CliError(f"--grace: expected seconds >= 0, got {args.grace}")
     configure_logging(settings.log_level)
-    return asyncio.run(serve(settings, with_http=not args.no_http, grace_s=args.grace, reuse_port=args.reuse_port))
+    served = serve(settings, with_http=not args.no_http, grace_s=args.grace, reuse_port=args.reuse_port)
+    return run_loop(served, settings.event_loop)
 
 
 async def serve(settings: Settings, *, with_http: bool = True, grace_s: float = DEFAULT_GRACE_S,

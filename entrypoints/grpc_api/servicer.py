@@ -135,9 +135,11 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
             finally:
                 elapsed = time.perf_counter() - started
                 self._metrics.observe_request(SURFACE, method, code.name, elapsed)
-                _log.log(logging.DEBUG if code == grpc.StatusCode.OK else logging.INFO, "grpc_request", extra={
-                    "method": method, "code": code.name, "latency_ms": round(elapsed * 1000, 3),
-                    "call_id": scope.call_id, "request_id": request_id, "trace_id": trace_id})
+                level = logging.DEBUG if code == grpc.StatusCode.OK else logging.INFO
+                if _log.isEnabledFor(level):
+                    _log.log(level, "grpc_request", extra={
+                        "method": method, "code": code.name, "latency_ms": round(elapsed * 1000, 3),
+                        "call_id": scope.call_id, "request_id": request_id, "trace_id": trace_id})
 
     def _observe_assembly(self, result: AssemblyResult, scope: _Scope) -> None:
         self._metrics.observe_assembly(result)

@@ -21,7 +21,9 @@ def whole_ms(ms: float) -> int:
 
 
 def _int32(value: int) -> int:
-    return max(-_INT32_MAX - 1, min(_INT32_MAX, int(value)))
+    if -_INT32_MAX - 1 <= value <= _INT32_MAX:
+        return int(value)
+    return _INT32_MAX if value > 0 else -_INT32_MAX - 1
 
 
 # ------------------------------------------------------------------ requests

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -43,8 +44,8 @@ class ServiceMetrics:
         self.usable_budget.observe(result.usable_budget)
         self.tokens_used.observe(result.tokens_used)
         self.memory_tokens.observe(result.memory_tokens)
-        for record in result.memories_used:
-            self.candidates.labels(record.detail or record.exclusion).inc()
+        for disposition, count in collections.Counter(record.detail or record.exclusion for record in result.memories_used).items():
+            self.candidates.labels(disposition).inc(count)
 
     def observe_request(self, surface: str, method: str, code: str, seconds: float) -> None:
         self.requests.labels(surface, method, code).inc()

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import attrs
 import pytest
+from aiohttp import web
 
 from adapters.memory_http import HttpMemorySource
 from domain.model.feedback import FeedbackItem
@@ -272,6 +273,33 @@ async def test_an_answer_over_the_size_cap_is_unavailable(server, tenant):
     with pytest.raises(MemorySourceUnavailableError, match="too large"):
         await source.hot(hot(tenant), timeout_s=2)
     await source.close()
+
+
+async def test_a_cookie_set_by_the_upstream_is_never_sent_back(tenant):
+    """One session serves every tenant: a cookie set on one answer must not ride on the next call."""
+    seen: list[str | None] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Cookie"))
+        response = web.json_response({"data": {"results": []}})
+        response.set_cookie("upstream_session", f"for-{len(seen)}")
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/memories/hot", answer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    source = HttpMemorySource(f"http://localhost:{port}", tenant.token)  # a host name: jars keep its cookies
+    try:
+        for _ in range(3):
+            assert (await source.hot(hot(tenant), timeout_s=2)).hits == ()
+    finally:
+        await source.close()
+        await runner.cleanup()
+    assert seen == [None, None, None]
 
 
 # ------------------------------------------------------------------ feedback

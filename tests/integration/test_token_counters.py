@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from tiktoken_ext import openai_public
 
 from adapters.token_counters import TokenCountersRegistry
+from domain.formatter import memory_element_parts
 from adapters.token_counters.boundaries import split_lines, split_lines_by_regex, split_words
 from adapters.token_counters.exact import (
     ENCODING_SPECS,
@@ -353,9 +354,14 @@ def test_count_joined_equals_the_count_of_the_joined_text(
 def test_count_joined_on_memory_elements_matches_the_whole_text(
     registry: TokenCountersRegistry, reference: dict[str, tiktoken.Encoding]
 ) -> None:
-    heads = [f'<ibex_memory nonce="Zq81" id="m{i}" category="factual">\n' for i in range(5)]
-    tails = ["body one\n</ibex_memory>\n", "/slash first\n</ibex_memory>\n", "  indented\n</ibex_memory>\n",
-             "\nblank first\n</ibex_memory>\n", "last\n</ibex_memory>"]
-    parts = [p for pair in zip(heads, tails) for p in pair]
-    for name in ENCODINGS:
-        assert _counter(registry, name).count_joined(parts) == len(reference[name].encode_ordinary("".join(parts)))
+    bodies = ["body one", "/slash first", "  indented", "\nblank first", "ends in space ", "last"]
+    for nonce in ("Zq81", "123", "a", "9xY0aBcD3eFgH1iJ2k", "Ab12Cd34"):
+        parts: list[str] = []
+        for i, body in enumerate(bodies):
+            head, tail = memory_element_parts(nonce, f'm"{i}', "fact&ual", body)
+            parts += [head, tail + ("\n" if i < len(bodies) - 1 else "")]
+        for name in ENCODINGS:
+            counter = _counter(registry, name)
+            assert counter.count_joined(parts) == len(reference[name].encode_ordinary("".join(parts))), (name, nonce)
+            for head, tail in zip(parts[::2], parts[1::2]):
+                assert counter.count_joined((head, tail)) == len(reference[name].encode_ordinary(head + tail))

@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import attrs
+import uvloop
 
 from tests.support.memory_server.records import NAMESPACE
 from tests.support.memory_server.server import MemoryServer
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--feedback-latency-ms", type=float, default=0.0)
     parser.add_argument("--seed-demo", type=int, default=0, metavar="N", help="memories for the demo tenant")
     args = parser.parse_args(argv)
-    server = MemoryServer()
+    server = MemoryServer(loop_factory=uvloop.new_event_loop)  # a process of its own: the cheaper loop
     seed_demo(server, args.seed_demo)
     server.set_latency("hot", args.hot_latency_ms)
     server.set_latency("search", args.cold_latency_ms)

@@ -33,8 +33,10 @@ class MemoryServer(FaultSwitches):
     of the kept answer. The request log keeps the last ``log_limit`` requests, unparsed until read.
     """
 
-    def __init__(self, *, seed: int = 0, log_limit: int = 10_000) -> None:
+    def __init__(self, *, seed: int = 0, log_limit: int = 10_000,
+                 loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop) -> None:
         super().__init__(seed)
+        self._loop_factory = loop_factory
         self._lock = threading.Lock()
         self._tokens: dict[str, str] = {}
         self._agents: dict[str, str] = {}
@@ -262,7 +264,7 @@ class MemoryServer(FaultSwitches):
             server.stop()
 
     def _serve(self, host: str, port: int, ready: threading.Event, errors: list[BaseException]) -> None:
-        self._loop = asyncio.new_event_loop()
+        self._loop = self._loop_factory()
         try:
             self._loop.run_until_complete(self._open(host, port))
         except BaseException as exc:  # reported by start()

@@ -9,7 +9,7 @@ from domain.budget import (
     response_reserve,
     safety_buffer,
 )
-from domain.formatter import FormatRequest, FormattableMemory, format_context, memory_element_parts
+from domain.formatter import FormatRequest, FormattableMemory, element_head, element_tail_line, format_context
 from domain.model.catalog import ModelSpec, TokenizerFamily
 from domain.model.errors import EstimateKindMismatchError
 from domain.model.messages import Message
@@ -117,7 +117,7 @@ def test_formatted_context_never_exceeds_parts_plus_charged_costs(with_directive
     tools = ('{"t": 1}',) if with_tools else ()
     messages = (Message("user", "hello"),)
     result = budget(directive=directive, tool_schemas=tools, messages=messages)
-    costs = memory_costs(COUNTER, [memory_element_parts(NONCE, m.memory_id, m.category, m.content) for m in memories])
+    costs = memory_costs(COUNTER, element_head(NONCE), [element_tail_line(m.memory_id, m.category, m.content) for m in memories])
     text = format_context(FormatRequest(nonce=NONCE, directive=directive, messages=messages, memories=memories, tool_schemas=tools)).text
     accounted = result.directive_tokens + result.messages_tokens + result.tool_schemas_tokens + result.formatter_overhead_tokens + sum(costs)
     assert COUNTER.count(text) <= accounted

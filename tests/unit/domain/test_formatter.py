@@ -11,6 +11,8 @@ from domain.formatter import (
     FormatRequest,
     FormattableMemory,
     format_context,
+    element_head,
+    element_tail_line,
     memory_element,
     memory_element_parts,
     representative_nonce_length,
@@ -170,14 +172,23 @@ def test_no_memory_content_can_forge_a_real_tag(memories: list[tuple[str, str, s
 
 def test_parts_join_to_the_text_and_cut_at_element_heads_and_tails() -> None:
     formatted = format_context(golden_request(tool_schemas=('{"t": 1}',)))
-    assert "".join(formatted.parts) == formatted.text
-    heads = [p for p in formatted.parts if p.startswith("<ibex_memory nonce=")]
-    assert len(heads) == 3 and all(p.endswith('">\n') for p in heads)
-    assert "".join(formatted.parts[:1]).endswith("\n\n")
+    parts = formatted.parts
+    assert "".join(parts) == formatted.text
+    head = f'<ibex_memory nonce="{formatted.nonce}"'
+    positions = [i for i, part in enumerate(parts) if part == head]
+    assert len(positions) == 3
+    assert all(parts[i + 1].startswith(' id="') and parts[i + 1].endswith("</ibex_memory>\n") for i in positions[:-1])
+    assert parts[0].endswith("\n\n")
 
 
-def test_prerendered_elements_are_used_as_given() -> None:
-    memory = FormattableMemory("m", "factual", "body")
-    parts = memory_element_parts("n", "m", "factual", "body")
-    assert format_context(FormatRequest(nonce="n", memories=(memory,)), {"m": parts}).text.endswith("".join(parts))
-    assert "".join(parts) == memory_element("n", "m", "factual", "body")
+@pytest.mark.parametrize("content", ["body <b>x</b>", "y" * 5000])
+def test_a_tail_line_is_the_element_tail_plus_its_separator(content: str) -> None:
+    line = element_tail_line('m"1', "factual", content)
+    head, tail = memory_element_parts("n", 'm"1', "factual", content)
+    assert line == tail + "\n"
+    assert head + tail == memory_element("n", 'm"1', "factual", content)
+    assert head == element_head("n") == '<ibex_memory nonce="n"'
+
+
+def test_short_tail_lines_are_memoised_as_one_object() -> None:
+    assert element_tail_line("m", "factual", "body") is element_tail_line("m", "factual", "body")
