@@ -49,6 +49,7 @@ DEFAULT_HEALTH_CHECK_INTERVAL_S = 30.0
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # Canonical (any case) or 32 bare hex digits; stricter than uuid.UUID, which also takes braces,
 # "urn:uuid:", stray hyphens, underscores and non-ASCII digits.
+_CANONICAL_UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.ASCII)
 _UUID_TEXT = re.compile(r"[0-9a-f]{8}(-?)[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{12}", re.IGNORECASE | re.ASCII)
 
 
@@ -253,6 +254,8 @@ def _canonical_uuid(name: str, value: str) -> str:
 
 
 def _parse_uuid(text: str) -> str | None:
+    if _CANONICAL_UUID_TEXT.fullmatch(text):
+        return text  # already what str(uuid.UUID(text)) would give
     return str(uuid.UUID(text)) if _UUID_TEXT.fullmatch(text) else None
 
 

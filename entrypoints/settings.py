@@ -205,8 +205,9 @@ class _EnvReader:
         raw = self._raw(name)
         if raw is None:
             return default
-        value = raw.strip().upper()
-        if value not in allowed:
+        spelled = {option.upper(): option for option in allowed}  # case-insensitive, canonical spelling out
+        value = spelled.get(raw.strip().upper())
+        if value is None:
             raise SettingsError(f"{name}: expected one of {', '.join(allowed)}, got {raw!r}")
         return value
 

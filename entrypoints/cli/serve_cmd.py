@@ -90,5 +90,6 @@ def _announce(service: RunningService, settings: Settings) -> None:
         "retrieval_wall_ms": settings.retrieval_wall_ms,
         "directives": "embedded" if settings.uses_embedded_directives else "redis",
         "memories": "embedded" if settings.uses_embedded_memory else "http",
+        "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
     })
     sys.stdout.flush()

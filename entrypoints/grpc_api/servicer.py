@@ -77,8 +77,8 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
     async def AssembleContext(self, request: pb.AssembleContextRequest, context: grpc.aio.ServicerContext) -> pb.AssembleContextResponse:
         async with self._scope(context, "AssembleContext", request.request_id, request.trace_id) as scope:
             org_id, agent_id = await self._admit(context, request.org_id, request.agent_id)
-            domain = translate.assemble_request_from_proto(request, scope.deadline_s)
-            result = await self._assemble.execute(attrs.evolve(domain, org_id=org_id, agent_id=agent_id))
+            domain = translate.assemble_request_from_proto(request, scope.deadline_s, tenant=(org_id, agent_id))
+            result = await self._assemble.execute(domain)
             self._observe_assembly(result, scope)
             return translate.assembly_to_proto(result)
 

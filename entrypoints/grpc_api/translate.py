@@ -27,12 +27,16 @@ def _int32(value: int) -> int:
 
 
 # ------------------------------------------------------------------ requests
-def assemble_request_from_proto(msg: pb.AssembleContextRequest, deadline_s: float | None = None) -> AssembleRequest:
-    """The domain request; ``deadline_s`` is the caller's remaining time (None: no deadline)."""
+def assemble_request_from_proto(
+    msg: pb.AssembleContextRequest, deadline_s: float | None = None, *, tenant: tuple[str, str] | None = None
+) -> AssembleRequest:
+    """The domain request; ``deadline_s`` is the caller's remaining time (None: no deadline) and
+    ``tenant`` the (org_id, agent_id) admitted for the call (None: the request's own)."""
     options = msg.options
+    org_id, agent_id = tenant or (msg.org_id, msg.agent_id)
     return AssembleRequest(
-        org_id=msg.org_id,
-        agent_id=msg.agent_id,
+        org_id=org_id,
+        agent_id=agent_id,
         model=msg.model,
         query=msg.query,
         recent_messages=tuple(Message(role=m.role, content=m.content) for m in msg.recent_messages),
@@ -102,26 +106,12 @@ def assembly_to_proto(result: AssemblyResult) -> pb.AssembleContextResponse:
         estimate_kind=result.estimate_kind,
     )
     add = response.memories_used.add  # in place: ~1/3 cheaper than building and copying each message
-    for record in result.memories_used:
-        add(**memory_used_fields(record))
+    for r in result.memories_used:  # spelled out, not via a dict: this loop runs ~70 times per call
+        add(memory_id=r.memory_id, composite_score=r.composite_score, relevance_score=r.relevance_score,
+            recency_score=r.recency_score, usefulness_score=r.usefulness_score, rank=_int32(r.rank),
+            category=r.category, exclusion=r.exclusion, similarity=r.similarity, confidence=r.confidence,
+            token_estimate=_int32(r.token_estimate), detail=r.detail)
     return response
-
-
-def memory_used_fields(record: MemoryUsed) -> dict[str, object]:
-    return {
-        "memory_id": record.memory_id,
-        "composite_score": record.composite_score,
-        "relevance_score": record.relevance_score,
-        "recency_score": record.recency_score,
-        "usefulness_score": record.usefulness_score,
-        "rank": _int32(record.rank),
-        "category": record.category,
-        "exclusion": record.exclusion,
-        "similarity": record.similarity,
-        "confidence": record.confidence,
-        "token_estimate": _int32(record.token_estimate),
-        "detail": record.detail,
-    }
 
 
 def metrics_to_proto(metrics: AssemblyMetrics) -> pb.AssemblyMetrics:

@@ -33,6 +33,7 @@ class ServeProcess:
     process: subprocess.Popen
     grpc_target: str = ""
     http_url: str = ""
+    event_loop: str = ""
 
     def stop(self, sig: int) -> int:
         self.process.send_signal(sig)
@@ -57,9 +58,10 @@ def launch(env: dict[str, str]) -> subprocess.Popen:
     )
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[ServeProcess]:
-    served = ServeProcess(launch(serve_env(tmp_path)))
+@pytest.fixture(params=["uvloop", "asyncio"])
+def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ServeProcess]:
+    served = ServeProcess(launch(serve_env(tmp_path, IBEX_CONTEXT_EVENT_LOOP=request.param)))
+    served.event_loop = request.param
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (served.grpc_target and served.http_url):
@@ -101,13 +103,15 @@ def test_serve_announces_answers_and_exits_cleanly_on_a_signal(served: ServeProc
     assert served.stop(sig) == 0
     stderr = served.process.stderr.read()  # type: ignore[union-attr]
     assert '"service_stopped"' in stderr
+    assert f'"event_loop": "{served.event_loop}"' in stderr
     assert "Traceback" not in stderr
 
 
-def test_a_bad_variable_exits_2_with_one_line_naming_it(tmp_path: Path) -> None:
-    code, stderr = run_to_exit(serve_env(tmp_path, IBEX_CONTEXT_DEADLINE_MS="soon"))
+@pytest.mark.parametrize("variable, value", [("IBEX_CONTEXT_DEADLINE_MS", "soon"), ("IBEX_CONTEXT_EVENT_LOOP", "trio")])
+def test_a_bad_variable_exits_2_with_one_line_naming_it(tmp_path: Path, variable: str, value: str) -> None:
+    code, stderr = run_to_exit(serve_env(tmp_path, **{variable: value}))
     assert code == 2
-    assert stderr.count("\n") == 1 and "IBEX_CONTEXT_DEADLINE_MS" in stderr
+    assert stderr.count("\n") == 1 and variable in stderr and value in stderr
 
 
 def test_a_port_in_use_exits_2_with_one_line(tmp_path: Path) -> None:

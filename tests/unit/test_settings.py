@@ -104,3 +104,13 @@ def test_hot_and_cold_limits_default_to_the_reference_and_parse() -> None:
 def test_deadline_headroom_defaults_to_5ms_and_parses_durations() -> None:
     assert Settings.from_env({}).deadline_headroom_ms == 5.0
     assert Settings.from_env({"IBEX_CONTEXT_DEADLINE_HEADROOM_MS": "20ms"}).deadline_headroom_ms == 20.0
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(None, "uvloop"), ("asyncio", "asyncio"), (" UVLoop ", "uvloop")])
+def test_event_loop_defaults_to_uvloop_and_parses_case_insensitively(raw: str | None, expected: str) -> None:
+    environ = {} if raw is None else {"IBEX_CONTEXT_EVENT_LOOP": raw}
+    assert Settings.from_env(environ).event_loop == expected
+
+
+def test_log_level_keeps_its_upper_case_spelling() -> None:
+    assert Settings.from_env({"IBEX_CONTEXT_LOG_LEVEL": "debug"}).log_level == "DEBUG"

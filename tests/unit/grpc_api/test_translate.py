@@ -60,6 +60,12 @@ def test_counts_beyond_int32_are_clamped() -> None:
     assert translate.whole_ms(1e12) == 2**31 - 1
 
 
+def test_assemble_request_takes_the_admitted_tenant_over_the_requested_one() -> None:
+    message = pb.AssembleContextRequest(org_id="asked-org", agent_id="asked-agent", model="m")
+    request = translate.assemble_request_from_proto(message, tenant=("proved-org", "proved-agent"))
+    assert (request.org_id, request.agent_id) == ("proved-org", "proved-agent")
+
+
 def test_assemble_request_copies_every_field_and_the_deadline() -> None:
     message = pb.AssembleContextRequest(
         org_id="o", agent_id="a", session_id="s", query="q", model="m", directive_version_id="d",
