@@ -12,6 +12,7 @@ DESCRIPTIONS = {
     "token_count": "exact token counting of 70 memories: cold vs warm cache vs plain tiktoken",
     "memory_client": "httpx vs aiohttp vs our adapter against a loopback memory server",
     "load": "open-loop gRPC load against `ibex-context serve` with Redis and a memory server",
+    "floors": "CPU per call of each piece of an assembly vs the libraries alone (gRPC, aiohttp, redis-py)",
 }
 
 

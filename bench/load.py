@@ -4,10 +4,12 @@ Everything runs in its own process: a private redis-server (the directive), the 
 service (hot ~2 ms, cold ~10 ms latency, 200 memories; hot and cold limits 40 each so that about
 70 distinct candidates reach packing), one or more ``ibex-context serve`` workers sharing the
 port (SO_REUSEPORT), and the load driver (``bench.load_driver``). Phases: a warm-up, fixed rates
-(100 and 300 req/s for 30 s by default), then a step-up from 400 req/s by 100 until p99 >= 40 ms
-or any error: the last rate that passed is the max sustainable rate. Prints a table.
+(100 and 300 req/s for 30 s by default), then a step-up from 150 req/s by 25 until p99 >= 40 ms
+or any error: the last rate that passed is the max sustainable rate. Prints a table with the CPU
+each process spent per request (service workers, memory service, load driver); ``bench.floors``
+splits the service's share piece by piece.
 
-    .venv/bin/python -m bench.load [--workers 2] [--duration 30] [--rates 100 300] [--no-step]
+    .venv/bin/python -m bench.load [--workers 4] [--duration 30] [--rates 100 300] [--no-step]
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def serve_workers(workers: int, store: RedisServer, memory: MemoryServerProcess,
         "IBEX_CONTEXT_GRPC_ADDR": target, "IBEX_CONTEXT_REDIS_URL": store.url,
         "IBEX_CONTEXT_MEMORY_BASE_URL": memory.base_url, "IBEX_CONTEXT_MEMORY_API_TOKEN": memory.token,
         "IBEX_CONTEXT_HOT_LIMIT": str(args.hot_limit), "IBEX_CONTEXT_COLD_LIMIT": str(args.cold_limit),
-        "IBEX_CONTEXT_LOG_LEVEL": "WARNING",
+        "IBEX_CONTEXT_LOG_LEVEL": "WARNING", "IBEX_CONTEXT_EVENT_LOOP": args.event_loop,
     })
     command = [sys.executable, "-m", "entrypoints.cli", "serve", "--no-http", *(["--reuse-port"] if workers > 1 else [])]
     processes: list[subprocess.Popen] = []
@@ -132,20 +134,22 @@ def passed(result: dict) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Open-loop gRPC load on AssembleContext")
-    parser.add_argument("--workers", type=int, default=2, help="serve processes sharing the port (SO_REUSEPORT)")
+    parser.add_argument("--workers", type=int, default=4,
+                        help="serve processes sharing the port (SO_REUSEPORT); 4 gave the best tail on 2 cores")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds per fixed-rate phase")
     parser.add_argument("--rates", type=float, nargs="*", default=[100.0, 300.0])
-    parser.add_argument("--step-from", type=float, default=400.0)
-    parser.add_argument("--step", type=float, default=100.0)
+    parser.add_argument("--step-from", type=float, default=150.0)
+    parser.add_argument("--step", type=float, default=25.0)
     parser.add_argument("--step-duration", type=float, default=10.0)
     parser.add_argument("--no-step", action="store_true", help="skip the max-sustainable-rate search")
+    parser.add_argument("--event-loop", choices=("uvloop", "asyncio"), default="uvloop", help="the workers' event loop")
     parser.add_argument("--memories", type=int, default=200)
     parser.add_argument("--hot-limit", type=int, default=40)
     parser.add_argument("--cold-limit", type=int, default=40)
     args = parser.parse_args(argv)
     with backends(args.memories) as (store, memory), serve_workers(args.workers, store, memory, args) as (target, pids):
         phase(target, memory, 100.0, 5.0, pids)  # warm-up: connections, caches
-        print(f"workers={args.workers} target={target} (latency from each request's due time)\n{HEADER}", flush=True)
+        print(f"workers={args.workers} event_loop={args.event_loop} target={target} (latency from each request's due time)\n{HEADER}", flush=True)
         notes: list[str] = []
         for rate in args.rates:
             result = phase(target, memory, rate, args.duration, pids)
