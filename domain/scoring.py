@@ -135,7 +135,7 @@ def dedupe(candidates: Sequence[ScoredCandidate]) -> tuple[tuple[ScoredCandidate
 
 def keep_best(candidates: Sequence[ScoredCandidate], max_memories: int) -> tuple[tuple[ScoredCandidate, ...], tuple[ScoredCandidate, ...]]:
     """The best ``max_memories`` by (score desc, id asc) and the rest; 0 means no cap."""
-    ranked = sorted(candidates, key=lambda c: (-c.score, c.hit.memory_id))  # canonical_key, inlined
+    ranked = sorted(candidates, key=lambda c: c.canonical_key)
     if max_memories <= 0:
         return tuple(ranked), ()
     return tuple(ranked[:max_memories]), tuple(ranked[max_memories:])

@@ -85,8 +85,8 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
     async def SearchMemories(self, request: pb.SearchMemoriesRequest, context: grpc.aio.ServicerContext) -> pb.SearchMemoriesResponse:
         async with self._scope(context, "SearchMemories") as scope:
             org_id, agent_id = await self._admit(context, request.org_id, request.agent_id)
-            domain = translate.search_request_from_proto(request, scope.deadline_s)
-            result = await self._search.execute(attrs.evolve(domain, org_id=org_id, agent_id=agent_id))
+            domain = translate.search_request_from_proto(request, scope.deadline_s, tenant=(org_id, agent_id))
+            result = await self._search.execute(domain)
             return translate.search_to_proto(result)
 
     async def RecordMemoryFeedback(
@@ -94,8 +94,8 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
     ) -> pb.RecordMemoryFeedbackResponse:
         async with self._scope(context, "RecordMemoryFeedback", trace_id=request.trace_id) as scope:
             org_id, _ = await self._admit(context, request.org_id, None)
-            domain = translate.feedback_request_from_proto(request, scope.deadline_s)
-            outcome = await self._feedback.execute(attrs.evolve(domain, org_id=org_id))
+            domain = translate.feedback_request_from_proto(request, scope.deadline_s, org_id=org_id)
+            outcome = await self._feedback.execute(domain)
             self._observe_feedback(outcome)
             return translate.feedback_to_proto(outcome)
 

@@ -60,11 +60,15 @@ def assemble_request_from_proto(
     )
 
 
-def search_request_from_proto(msg: pb.SearchMemoriesRequest, deadline_s: float | None = None) -> SearchRequest:
-    """``limit`` 0 and ``min_similarity`` 0 mean "the default" (proto3 cannot tell unset from 0)."""
+def search_request_from_proto(
+    msg: pb.SearchMemoriesRequest, deadline_s: float | None = None, *, tenant: tuple[str, str] | None = None
+) -> SearchRequest:
+    """``limit`` 0 and ``min_similarity`` 0 mean "the default" (proto3 cannot tell unset from 0);
+    ``tenant`` is the (org_id, agent_id) admitted for the call (None: the request's own)."""
+    org_id, agent_id = tenant or (msg.org_id, msg.agent_id)
     return SearchRequest(
-        org_id=msg.org_id,
-        agent_id=msg.agent_id,
+        org_id=org_id,
+        agent_id=agent_id,
         query=msg.query,
         limit=msg.limit,
         min_similarity=msg.min_similarity or None,
@@ -75,9 +79,12 @@ def search_request_from_proto(msg: pb.SearchMemoriesRequest, deadline_s: float |
     )
 
 
-def feedback_request_from_proto(msg: pb.RecordMemoryFeedbackRequest, deadline_s: float | None = None) -> FeedbackRequest:
+def feedback_request_from_proto(
+    msg: pb.RecordMemoryFeedbackRequest, deadline_s: float | None = None, *, org_id: str | None = None
+) -> FeedbackRequest:
+    """``org_id`` is the org admitted for the call (None: the request's own)."""
     return FeedbackRequest(
-        org_id=msg.org_id,
+        org_id=msg.org_id if org_id is None else org_id,
         memory_ids=tuple(msg.memory_ids),
         feedback=msg.feedback,
         session_id=msg.session_id,

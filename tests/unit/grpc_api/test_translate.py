@@ -60,10 +60,15 @@ def test_counts_beyond_int32_are_clamped() -> None:
     assert translate.whole_ms(1e12) == 2**31 - 1
 
 
-def test_assemble_request_takes_the_admitted_tenant_over_the_requested_one() -> None:
+def test_requests_take_the_admitted_tenant_over_the_requested_one() -> None:
     message = pb.AssembleContextRequest(org_id="asked-org", agent_id="asked-agent", model="m")
     request = translate.assemble_request_from_proto(message, tenant=("proved-org", "proved-agent"))
     assert (request.org_id, request.agent_id) == ("proved-org", "proved-agent")
+    search = translate.search_request_from_proto(
+        pb.SearchMemoriesRequest(org_id="asked-org", agent_id="asked-agent"), tenant=("proved-org", "proved-agent"))
+    assert (search.org_id, search.agent_id) == ("proved-org", "proved-agent")
+    feedback = translate.feedback_request_from_proto(pb.RecordMemoryFeedbackRequest(org_id="asked-org"), org_id="proved-org")
+    assert feedback.org_id == "proved-org"
 
 
 def test_assemble_request_copies_every_field_and_the_deadline() -> None:
