@@ -94,7 +94,7 @@ class JsonModelCatalog(ModelCatalog):
         wanted = model_id.strip()
         spec = self._models.get(wanted)
         if spec is None:
-            raise UnknownModelError(wanted)
+            raise UnknownModelError(wanted, self._models)
         return spec
 
     def family(self, name: str) -> TokenizerFamily:

@@ -13,6 +13,7 @@ DESCRIPTIONS = {
     "memory_client": "httpx vs aiohttp vs our adapter against a loopback memory server",
     "load": "open-loop gRPC load against `ibex-context serve` with Redis and a memory server",
     "floors": "CPU per call of each piece of an assembly vs the libraries alone (gRPC, aiohttp, redis-py)",
+    "quality": "context quality on a seeded data set: evidence recall in the block, noise, duplicates, per policy",
 }
 
 

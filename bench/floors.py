@@ -9,8 +9,9 @@ on wall-clock noise from other processes as much as latency does:
 * Memory service calls: raw aiohttp (no cookie jar) against the loopback memory service, then our
   adapter (pooling, decoding, tenant fence) on the same calls; and the memory service's own CPU.
 * Directive: raw redis-py GET against a private redis-server, then our adapter.
-* Assembly: the AssembleContext use case alone with the same ~73 candidates, I/O answered
-  in-process, so what remains is scoring, pricing, packing, formatting and the explain records.
+* Assembly: the AssembleContext use case alone with the same 80 candidates, I/O answered
+  in-process, so what remains is scoring, pricing, packing, formatting and the explain records;
+  for each score policy (``relevance_v1``, ``interim_v1``), unbounded and at 2,000 tokens.
 
     .venv/bin/python -m bench.floors [--rate 300] [--calls 300] [--grpc-seconds 10]
 """
@@ -37,9 +38,10 @@ from adapters.memory_http import HttpMemorySource
 from adapters.redis_directive_store import RedisDirectiveStore
 from adapters.secrets_nonce_source import SecretsNonceSource
 from adapters.system_clock import SystemClock
+from adapters.text_profiles import CachedTextProfiles
 from adapters.token_counters import TokenCountersRegistry
 from bench.load import cpu_seconds
-from domain.model.assembly import AssembleRequest
+from domain.model.assembly import SCORE_POLICIES, SCORE_SCHEMA_RELEVANCE, AssembleRequest
 from domain.model.directive import Directive
 from domain.model.memory import HotQuery, SearchQuery
 from domain.model.messages import Message
@@ -124,23 +126,31 @@ async def redis_floors(store: RedisServer, calls: int) -> dict[str, float]:
 
 
 async def assembly_floor(memory: MemoryServerProcess, calls: int) -> dict[str, float]:
+    """The use case alone, for each score policy, with the memory budget unbounded (everything the
+    policy lets through fits) and bounded to 2,000 tokens (the packer has to choose)."""
     source = HttpMemorySource(memory.base_url, memory.token, pool_size=4)
     hot = await source.hot(HotQuery(memory.org_id, memory.agent_id, LIMIT), timeout_s=2.0)
     cold = await source.search(SearchQuery(memory.org_id, memory.agent_id, QUERY, LIMIT), timeout_s=2.0)
     await source.close()
     counters = TokenCountersRegistry()
     counters.preload()
-    use_case = AssembleContext(
-        directives=ScriptedDirectiveStore(Directive("Answer briefly and cite the memory ids you used.")),
-        memories=ScriptedMemorySource(hot=hot, cold=cold), catalog=JsonModelCatalog.builtin(), counters=counters,
-        clock=SystemClock(), nonces=SecretsNonceSource(),
-        config=AssemblyConfig(hot_limit=LIMIT, cold_limit=LIMIT, wall_s=1.0, directive_timeout_s=1.0,
-                              hot_timeout_s=1.0, cold_timeout_s=1.0))
-    request = AssembleRequest(org_id=memory.org_id, agent_id=memory.agent_id, model="gpt-4o", query=QUERY,
-                              recent_messages=(Message("user", "What did we decide about the weekly budget report?"),))
-    result = await use_case.execute(request)
-    return {f"assembly, I/O in-process ({len(result.memories_used)} candidates)": await cpu_per_call(
-        lambda: use_case.execute(request), calls)}
+    figures: dict[str, float] = {}
+    for policy in SCORE_POLICIES:
+        use_case = AssembleContext(
+            directives=ScriptedDirectiveStore(Directive("Answer briefly and cite the memory ids you used.")),
+            memories=ScriptedMemorySource(hot=hot, cold=cold), catalog=JsonModelCatalog.builtin(), counters=counters,
+            clock=SystemClock(), nonces=SecretsNonceSource(), profiles=CachedTextProfiles(),
+            config=AssemblyConfig(hot_limit=LIMIT, cold_limit=LIMIT, wall_s=1.0, directive_timeout_s=1.0,
+                                  hot_timeout_s=1.0, cold_timeout_s=1.0, score_policy=policy))
+        for available, budget in ((0, ""), (2000, ", 2,000 tokens")):
+            request = AssembleRequest(
+                org_id=memory.org_id, agent_id=memory.agent_id, model="gpt-4o", query=QUERY, available_tokens=available,
+                recent_messages=(Message("user", "What did we decide about the weekly budget report?"),))
+            result = await use_case.execute(request)
+            label = "" if policy == SCORE_SCHEMA_RELEVANCE else f" with {policy}"
+            name = f"assembly{label}{budget}, I/O in-process ({len(result.memories_used)} candidates)"
+            figures[name] = await cpu_per_call(lambda: use_case.execute(request), calls)
+    return figures
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -24,8 +24,10 @@ from adapters.json_model_catalog import JsonModelCatalog
 from adapters.memory_http import HttpMemorySource
 from adapters.redis_directive_store import RedisDirectiveStore
 from adapters.secrets_nonce_source import SecretsNonceSource
+from adapters.text_profiles import CachedTextProfiles
 from adapters.system_clock import SystemClock
 from adapters.token_counters import TokenCountersRegistry
+from domain.relevance_policy import RelevancePolicy
 from domain.usecases.assemble_context import AssembleContext, AssemblyConfig
 from domain.usecases.record_feedback import FeedbackConfig, RecordMemoryFeedback
 from domain.usecases.search_memories import SearchConfig, SearchMemories
@@ -96,6 +98,7 @@ class Adapters(containers.DeclarativeContainer):
 
     clock = providers.Singleton(SystemClock)
     nonces = providers.Singleton(SecretsNonceSource)
+    text_profiles = providers.Singleton(CachedTextProfiles)
     embedded_database = providers.Resource(open_embedded_database, path=config.data_path)
     directive_store = providers.Selector(
         config.directive_backend,
@@ -123,6 +126,7 @@ class UseCases(containers.DeclarativeContainer):
         counters=adapters.counters,
         clock=adapters.clock,
         nonces=adapters.nonces,
+        profiles=adapters.text_profiles,
         config=providers.Factory(
             AssemblyConfig,
             wall_s=config.wall_s,
@@ -133,6 +137,14 @@ class UseCases(containers.DeclarativeContainer):
             hot_limit=config.hot_limit,
             cold_limit=config.cold_limit,
             deadline_headroom_s=config.deadline_headroom_s,
+            score_policy=config.score_policy,
+            relevance=providers.Factory(
+                RelevancePolicy,
+                floor=config.relevance.floor,
+                sharpness=config.relevance.sharpness,
+                hot_slots=config.relevance.hot_slots,
+                core_slots=config.relevance.core_slots,
+            ),
         ),
     )
     search = providers.Singleton(
@@ -176,6 +188,13 @@ def container_config(settings: Settings) -> dict[str, Any]:
             "hot_limit": settings.hot_limit,
             "cold_limit": settings.cold_limit,
             "deadline_headroom_s": settings.deadline_headroom_ms / 1000.0,
+            "score_policy": settings.score_policy,
+            "relevance": {
+                "floor": settings.relevance_floor,
+                "sharpness": settings.relevance_sharpness,
+                "hot_slots": settings.hot_slots,
+                "core_slots": settings.core_slots,
+            },
         },
     }
 

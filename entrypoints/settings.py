@@ -11,6 +11,9 @@ from collections.abc import Mapping
 
 import attrs
 
+from domain.model.assembly import SCORE_POLICIES, SCORE_SCHEMA_RELEVANCE
+from domain.relevance_policy import RelevancePolicy
+
 DEFAULT_GRPC_ADDR = "127.0.0.1:9092"
 DEFAULT_HTTP_ADDR = "127.0.0.1:9093"
 DEFAULT_DATA_PATH = "./.ibex-context/ibex.db"
@@ -61,6 +64,7 @@ def is_loopback(addr: str) -> bool:
 
 
 EVENT_LOOPS = ("uvloop", "asyncio")
+_RELEVANCE = RelevancePolicy()  # relevance_v1's defaults, declared once in the domain
 
 
 @attrs.frozen
@@ -79,7 +83,7 @@ class Settings:
     packer_max_consecutive_skips: int = 5
     formatter_nonce_bytes: int = 16
     hot_limit: int = 20
-    cold_limit: int = 10
+    cold_limit: int = 30
     deadline_headroom_ms: float = 5.0  # kept back from the caller's gRPC deadline for packing and the answer
     data_path: str = DEFAULT_DATA_PATH
     catalog_path: str = ""
@@ -90,6 +94,11 @@ class Settings:
     allow_insecure_bind: bool = False
     log_level: str = "INFO"
     event_loop: str = "uvloop"
+    score_policy: str = SCORE_SCHEMA_RELEVANCE
+    relevance_floor: float = _RELEVANCE.floor
+    relevance_sharpness: float = _RELEVANCE.sharpness
+    hot_slots: int = _RELEVANCE.hot_slots
+    core_slots: int = _RELEVANCE.core_slots
 
     @property
     def retrieval_wall_ms(self) -> float:
@@ -125,7 +134,7 @@ class Settings:
             packer_max_consecutive_skips=reader.integer("IBEX_CONTEXT_PACKER_MAX_CONSECUTIVE_SKIPS", 5, 0, None),
             formatter_nonce_bytes=reader.integer("IBEX_CONTEXT_FORMATTER_NONCE_BYTES", 16, 1, 64),
             hot_limit=reader.integer("IBEX_CONTEXT_HOT_LIMIT", 20, 1, MAX_HOT_LIMIT),
-            cold_limit=reader.integer("IBEX_CONTEXT_COLD_LIMIT", 10, 1, MAX_COLD_LIMIT),
+            cold_limit=reader.integer("IBEX_CONTEXT_COLD_LIMIT", 30, 1, MAX_COLD_LIMIT),
             deadline_headroom_ms=reader.duration(("IBEX_CONTEXT_DEADLINE_HEADROOM_MS",), 5.0),
             data_path=reader.text("IBEX_CONTEXT_DATA_PATH") or DEFAULT_DATA_PATH,
             catalog_path=reader.text("IBEX_CONTEXT_CATALOG_PATH"),
@@ -136,6 +145,11 @@ class Settings:
             allow_insecure_bind=reader.boolean("IBEX_CONTEXT_ALLOW_INSECURE_BIND"),
             log_level=reader.choice("IBEX_CONTEXT_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")),
             event_loop=reader.choice("IBEX_CONTEXT_EVENT_LOOP", "uvloop", EVENT_LOOPS),
+            score_policy=reader.choice("IBEX_CONTEXT_SCORE_POLICY", SCORE_SCHEMA_RELEVANCE, SCORE_POLICIES),
+            relevance_floor=reader.number("IBEX_CONTEXT_RELEVANCE_FLOOR", _RELEVANCE.floor, 0.0, 1.0),
+            relevance_sharpness=reader.number("IBEX_CONTEXT_RELEVANCE_SHARPNESS", _RELEVANCE.sharpness, 1.0, 16.0),
+            hot_slots=reader.integer("IBEX_CONTEXT_HOT_SLOTS", _RELEVANCE.hot_slots, 0, MAX_HOT_LIMIT),
+            core_slots=reader.integer("IBEX_CONTEXT_CORE_SLOTS", _RELEVANCE.core_slots, 0, MAX_HOT_LIMIT),
         )
         settings.check_consistency()
         return settings
@@ -191,6 +205,18 @@ class _EnvReader:
             raise SettingsError(f"{name}: expected an integer {bounds}, got {raw!r}") from None
         if value < low or (high is not None and value > high):
             raise SettingsError(f"{name}: expected an integer {bounds}, got {raw!r}")
+        return value
+
+    def number(self, name: str, default: float, low: float, high: float) -> float:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            value = math.nan
+        if not low <= value <= high:  # NaN fails too
+            raise SettingsError(f"{name}: expected a number in {low:g}..{high:g}, got {raw!r}")
         return value
 
     def boolean(self, name: str) -> bool:

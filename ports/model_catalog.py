@@ -14,7 +14,7 @@ class ModelCatalog(Protocol):
         """Return the model's capabilities (``model_id`` is stripped, then matched exactly).
 
         Raises:
-            UnknownModelError: the model is not in the catalog.
+            UnknownModelError: the model is not in the catalog (``known``: the catalog's model ids).
         """
 
     @abstractmethod

@@ -8,6 +8,8 @@ from domain.model.messages import Message
 
 SCORE_SCHEMA_INTERIM = "interim_v1"
 SCORE_SCHEMA_WEIGHTED = "weighted_v1"
+SCORE_SCHEMA_RELEVANCE = "relevance_v1"
+SCORE_POLICIES = (SCORE_SCHEMA_RELEVANCE, SCORE_SCHEMA_INTERIM)  # selectable when no request weight is > 0
 
 DEGRADATION_L0 = "L0"
 DEGRADATION_L1 = "L1"

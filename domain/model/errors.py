@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+KNOWN_MODELS_SHOWN = 20  # an unknown-model message lists at most this many known ids
+
 
 class DomainError(Exception):
     """Base of every error raised by the domain."""
@@ -16,11 +20,24 @@ class InvalidRequestError(DomainError):
 
 
 class UnknownModelError(DomainError):
-    """The model is not in the catalog."""
+    """The model is not in the catalog; ``known`` holds the catalog's model ids, sorted.
 
-    def __init__(self, model: str) -> None:
-        super().__init__(f"unknown model '{model}': not in the model catalog")
+    The message names the model and, when ``known`` is given, lists the first
+    ``KNOWN_MODELS_SHOWN`` of them (then "... and N more").
+    """
+
+    def __init__(self, model: str, known: Iterable[str] = ()) -> None:
         self.model = model
+        self.known = tuple(sorted(known))
+        super().__init__(f"unknown model '{model}': not in the model catalog{_known_suffix(self.known)}")
+
+
+def _known_suffix(known: tuple[str, ...]) -> str:
+    if not known:
+        return ""
+    shown = ", ".join(known[:KNOWN_MODELS_SHOWN])
+    more = len(known) - KNOWN_MODELS_SHOWN
+    return f" (known: {shown}{f', ... and {more} more' if more > 0 else ''})"
 
 
 class CatalogError(DomainError):

@@ -27,6 +27,7 @@ from domain.model.assembly import (
     DEGRADATION_L2,
     OUTCOME_SKIPPED,
     OUTCOME_SUCCESS,
+    SCORE_SCHEMA_RELEVANCE,
     AssembleRequest,
     AssemblyMetrics,
     AssemblyResult,
@@ -34,7 +35,8 @@ from domain.model.assembly import (
 from domain.model.memory import CallContext
 from domain.packer import PackItem, PackResult, pack
 from domain.scoring import ScoredCandidate, score_schema
-from domain.usecases.candidates import CandidatePool, build_pool, packed_records
+from domain.relevance_policy import RelevancePolicy, UncachedTextProfiles
+from domain.usecases.candidates import CandidatePool, PoolRequest, build_pool, packed_records
 from domain.usecases.retrieval import BRANCH_COLD, BRANCH_HOT, Retriever, RetrievalOutcome, RetrievalPlan
 from domain.usecases.validation import validate_assemble
 from ports.clock import Clock
@@ -42,6 +44,7 @@ from ports.directive_store import DirectiveStore
 from ports.memory_source import MemorySource
 from ports.model_catalog import ModelCatalog
 from ports.nonce_source import NonceSource
+from ports.text_profiles import TextProfiles
 from ports.token_counter import TokenCounter, TokenCounters
 
 _BLANK_QUERY = "blank_query"
@@ -55,8 +58,10 @@ class AssemblyConfig:
     cold_timeout_s: float = 0.045
     nonce_bytes: int = 16
     hot_limit: int = 20
-    cold_limit: int = 10
+    cold_limit: int = 30
     min_confidence: float = 0.0
+    score_policy: str = SCORE_SCHEMA_RELEVANCE  # or SCORE_SCHEMA_INTERIM; request weights select weighted_v1
+    relevance: RelevancePolicy = RelevancePolicy()  # relevance_v1's floor, sharpness and slots
     deadline_headroom_s: float = 0.005  # kept for packing and formatting before the caller's deadline
 
 
@@ -89,6 +94,7 @@ class AssembleContext:
         clock: Clock,
         nonces: NonceSource,
         config: AssemblyConfig = AssemblyConfig(),
+        profiles: TextProfiles = UncachedTextProfiles(),
     ) -> None:
         self._retriever = Retriever(directives, memories, clock)
         self._catalog = catalog
@@ -96,6 +102,7 @@ class AssembleContext:
         self._clock = clock
         self._nonces = nonces
         self._config = config
+        self._profiles = profiles
 
     async def execute(self, request: AssembleRequest) -> AssemblyResult:
         started = self._clock.monotonic()
@@ -141,13 +148,17 @@ class AssembleContext:
 
     def _pool(self, request: AssembleRequest, retrieval: RetrievalOutcome, level: str) -> CandidatePool:
         if level == DEGRADATION_L2:
-            hits, dropped = (), ()
+            hot, found, dropped = (), (), ()
         else:
-            hits = retrieval.hot.hits + retrieval.cold.hits
+            hot, found = retrieval.hot.hits, retrieval.cold.hits
             dropped = retrieval.hot.dropped + retrieval.cold.dropped
         return build_pool(
-            org_id=request.org_id, agent_id=request.agent_id, hits=hits, dropped=dropped,
-            options=request.options, now=self._clock.now(),
+            PoolRequest(
+                org_id=request.org_id, agent_id=request.agent_id, hot=hot, found=found, dropped=dropped,
+                options=request.options, schema=score_schema(request.options, self._config.score_policy),
+                query_text=relevance_text(request), now=self._clock.now(), relevance=self._config.relevance,
+            ),
+            self._profiles,
         )
 
     @staticmethod
@@ -211,7 +222,7 @@ class AssembleContext:
                 total_ms=timings.total_ms,
                 candidates_evaluated=packed.result.evaluated,
             ),
-            score_schema=score_schema(request.options),
+            score_schema=score_schema(request.options, self._config.score_policy),
             degradation_level=level,
             branches=retrieval.branches,
             usable_budget=budget.usable_budget,
@@ -228,6 +239,12 @@ async def _let_others_run() -> None:
     """Yield to the event loop between CPU stages, so that concurrent assemblies' I/O completions
     (a directive reply, say) are handled before their branch timers expire."""
     await asyncio.sleep(0)
+
+
+def relevance_text(request: AssembleRequest) -> str:
+    """What relevance is measured against: the query and the last user message."""
+    last_user = next((m.content for m in reversed(request.recent_messages) if m.role == "user"), "")
+    return f"{request.query}\n{last_user}" if last_user else request.query
 
 
 def degradation_level(retrieval: RetrievalOutcome) -> str:

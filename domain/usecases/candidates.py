@@ -1,7 +1,11 @@
 """From retrieved hits to ranked candidates, with an explain record for everything dropped.
 
 Order of the gates: tenant fence (hits of another org/agent never reach scoring), dropped
-(malformed) items, scoring, dedupe hot+cold by id, then the best ``max_memories``.
+(malformed) items, scoring, then the schema's own screening, then the best ``max_memories``:
+
+* ``relevance_v1`` (``domain.relevance_policy``): one per id (``duplicate``), relevance floor,
+  near duplicates and the hot bound;
+* ``interim_v1`` and ``weighted_v1`` (the reference's): dedupe hot+cold by id (``duplicate``).
 """
 
 from __future__ import annotations
@@ -11,12 +15,20 @@ from datetime import datetime
 
 import attrs
 
-from domain.model.assembly import EXCLUSION_BUDGET, EXCLUSION_FILTER, EXCLUSION_INCLUDED, AssemblyOptions, MemoryUsed
+from domain.model.assembly import (
+    EXCLUSION_BUDGET,
+    EXCLUSION_FILTER,
+    EXCLUSION_INCLUDED,
+    SCORE_SCHEMA_RELEVANCE,
+    AssemblyOptions,
+    MemoryUsed,
+)
 from domain.model.memory import DroppedItem, MemoryHit
+from domain.relevance_policy import DETAIL_DUPLICATE, RelevancePolicy, UncachedTextProfiles, screen
 from domain.scoring import ScoredCandidate, dedupe, keep_best, score_hits
+from ports.text_profiles import TextProfiles
 
 DETAIL_TENANT_MISMATCH = "tenant_mismatch"
-DETAIL_DUPLICATE = "duplicate"
 DETAIL_MAX_MEMORIES = "max_memories"
 DETAIL_BUDGET = "budget"
 
@@ -29,26 +41,41 @@ class CandidatePool:
     malformed: int  # items dropped by the sources
 
 
-def build_pool(
-    *,
-    org_id: str,
-    agent_id: str,
-    hits: Sequence[MemoryHit],
-    dropped: Sequence[DroppedItem],
-    options: AssemblyOptions,
-    now: datetime,
-) -> CandidatePool:
-    own = [hit for hit in hits if hit.org_id == org_id and hit.agent_id == agent_id]
-    foreign = [hit for hit in hits if not (hit.org_id == org_id and hit.agent_id == agent_id)]
-    kept, duplicates = dedupe(score_hits(own, options, now))
-    ranked, over_cap = keep_best(kept, options.max_memories)
+@attrs.frozen
+class PoolRequest:
+    org_id: str
+    agent_id: str
+    hot: tuple[MemoryHit, ...]
+    found: tuple[MemoryHit, ...]  # search hits
+    dropped: tuple[DroppedItem, ...]
+    options: AssemblyOptions
+    schema: str  # the score schema that applies (``domain.scoring.score_schema``)
+    query_text: str  # what relevance is measured against: the query and the last user message
+    now: datetime
+    relevance: RelevancePolicy = RelevancePolicy()
+
+
+def build_pool(request: PoolRequest, profiles: TextProfiles = UncachedTextProfiles()) -> CandidatePool:
+    def own(hit: MemoryHit) -> bool:
+        return hit.org_id == request.org_id and hit.agent_id == request.agent_id
+
+    hits = request.hot + request.found
+    foreign = [hit for hit in hits if not own(hit)]
+    if request.schema == SCORE_SCHEMA_RELEVANCE:
+        hot, found = [h for h in request.hot if own(h)], [h for h in request.found if own(h)]
+        screened = screen(hot, found, request.query_text, request.relevance, request.now, profiles)
+        kept, screened_out = screened.kept, screened.excluded
+    else:
+        kept, duplicates = dedupe(score_hits([h for h in hits if own(h)], request.options, request.now))
+        screened_out = tuple((c, DETAIL_DUPLICATE) for c in duplicates)
+    ranked, over_cap = keep_best(kept, request.options.max_memories)
     explained = (
         *(_hit_record(hit, DETAIL_TENANT_MISMATCH) for hit in foreign),
-        *(_dropped_record(item) for item in dropped),
-        *(record(c, EXCLUSION_FILTER, DETAIL_DUPLICATE, 0) for c in duplicates),
+        *(_dropped_record(item) for item in request.dropped),
+        *(record(c, EXCLUSION_FILTER, detail, 0) for c, detail in screened_out),
         *(record(c, EXCLUSION_FILTER, DETAIL_MAX_MEMORIES, 0) for c in over_cap),
     )
-    return CandidatePool(ranked=ranked, explained=explained, fenced=len(foreign), malformed=len(dropped))
+    return CandidatePool(ranked=ranked, explained=explained, fenced=len(foreign), malformed=len(request.dropped))
 
 
 def record(candidate: ScoredCandidate, exclusion: str, detail: str, cost: int) -> MemoryUsed:

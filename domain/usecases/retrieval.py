@@ -50,7 +50,7 @@ class RetrievalPlan:
     hot_timeout_s: float
     cold_timeout_s: float
     hot_limit: int = 20
-    cold_limit: int = 10
+    cold_limit: int = 30
     min_confidence: float = 0.0
     skip_hot: bool = False
     skip_cold: bool = False

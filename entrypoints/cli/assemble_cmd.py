@@ -4,8 +4,9 @@ The request comes from flags (``--org-id --agent-id --model`` required) or from 
 in the HTTP API's JSON mapping (``-`` reads stdin); the two are exclusive. The application is
 opened from the environment exactly as ``serve`` opens it (embedded backend unless a memory URL /
 Redis URL is configured). Output: the assembled context, a table of every candidate (included, or
-why not), and a summary; ``--json`` prints the AssembleContextResponse JSON instead. Bad input
-exits 2 with one line naming the flag or field.
+why not), and a summary; ``--json`` prints the AssembleContextResponse JSON instead. Without a
+request id (``--request-id`` or the file's ``requestId``) one is generated (a UUID4) and echoed.
+Bad input exits 2 with one line naming the flag or field (``--request FILE: field model: ...``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import os
 import sys
 from pathlib import Path
 
+import attrs
+
 from domain.model.assembly import AssembleRequest, AssemblyOptions, AssemblyResult
 from domain.model.errors import InvalidRequestError, UnknownModelError
 from domain.model.messages import Message
@@ -25,6 +28,7 @@ from entrypoints.cli.tables import key_values, table
 from entrypoints.containers import StartupError, open_application
 from entrypoints.http_api.json_mapping import loads_object
 from entrypoints.http_api.schemas import assemble_request_from_json, assemble_response_to_json
+from entrypoints.observability.correlation import request_id_or_new
 from entrypoints.settings import Settings
 
 _REQUEST_FLAGS = {  # argparse dest -> flag, for the fields a flag can set
@@ -65,7 +69,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         flags.add_argument(f"--{weight}-weight", metavar="W",
                            help=f"{weight} weight (>= 0; any > 0 selects weighted_v1)")
     flags.add_argument("--session-id", help="session id carried with the request")
-    flags.add_argument("--request-id", help="request id echoed in the response and sent downstream")
+    flags.add_argument("--request-id", help="request id echoed in the response and sent downstream "
+                                            "(default: a generated UUID4)")
     flags.add_argument("--trace-id", help="trace id echoed in the response and sent downstream")
     parser.add_argument("--request", metavar="FILE",
                         help="read an AssembleContextRequest JSON file (- for stdin) instead of flags")
@@ -76,6 +81,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     request, source = _request(args)
+    request = attrs.evolve(request, request_id=request_id_or_new(request.request_id))
     settings = Settings.from_env(os.environ)
     result = asyncio.run(_assemble(settings, request, source))
     if args.json:
@@ -119,26 +125,28 @@ def _request(args: argparse.Namespace) -> tuple[AssembleRequest, str | None]:
     if args.request is not None:
         if given:
             raise CliError(f"--request: cannot be combined with {', '.join(given)}")
-        return _request_from_file(args.request), args.request
+        where = f"--request {args.request}"
+        return _request_from_file(args.request, where), where
     missing = [flag for flag in ("--org-id", "--agent-id", "--model") if flag not in given]
     if missing:
         raise CliError(f"{', '.join(missing)}: required (or give --request FILE)")
     return _request_from_flags(args), None
 
 
-def _request_from_file(path: str) -> AssembleRequest:
+def _request_from_file(path: str, where: str) -> AssembleRequest:
+    """The request in ``path`` (``-``: standard input); errors start with ``where`` and say which input."""
+    what = "standard input" if path == "-" else "the file"
     try:
         raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
         text = raw.decode("utf-8")
     except OSError as exc:
-        raise CliError(f"--request: cannot read {path}: {exc.strerror or exc}") from None
+        raise CliError(f"{where}: cannot read {what}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
-        raise CliError(f"--request: {path} is not UTF-8 text") from None
+        raise CliError(f"{where}: {what} is not UTF-8 text") from None
     try:
-        return assemble_request_from_json(loads_object(text, path))
+        return assemble_request_from_json(loads_object(text, what))
     except InvalidRequestError as exc:
-        where = f"{path}: field {exc.field}" if exc.field else path
-        raise CliError(f"{where}: {exc}") from None
+        raise CliError(f"{_where(exc.field, where) if exc.field else where}: {exc}") from None
 
 
 def _request_from_flags(args: argparse.Namespace) -> AssembleRequest:
@@ -223,5 +231,6 @@ def summary(result: AssemblyResult) -> str:
         ("score schema", result.score_schema),
         ("memories", f"{included} included of {len(result.memories_used)} candidates"),
         ("total time", f"{result.metrics.total_ms:.1f} ms"),
+        ("request id", result.request_id),
     )
     return f"{key_values(pairs)}\n\n{branches}"

@@ -2,12 +2,17 @@
 
 - ``catalog list``: every model with its budget figures.
 - ``catalog show MODEL``: every field of one model and its family, with the derived budget.
+- ``--json`` (list and show): the same figures as JSON, one object per model with the keys
+  model_id, provider, context_window, max_output_tokens, tokenizer_family, supports_tools,
+  supports_vision, supports_streaming, estimate_kind, safety_buffer_fraction, response_reserve,
+  safety_buffer, usable_window; list prints ``{"models": [...]}`` sorted by model id.
 - ``catalog diff A.json B.json``: models added / removed / changed field by field, families
   added / removed / changed. Exit status: 0 identical, 1 different, 2 a file is unreadable or invalid.
 
 ``list`` and ``show`` read ``IBEX_CONTEXT_CATALOG_PATH`` when it is set, else the built-in catalog.
 Derived figures: reserve = max(500, min(15% of the window, max output, 4096)), safety = window x
-the family's safety fraction, and window - reserve - safety is the most the context may use.
+the family's safety fraction, and window - reserve - safety (usable_window) is the most the
+context may use.
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ from ports.errors import CatalogUnavailableError
 from ports.model_catalog import ModelCatalog
 
 
+_SHOW_LABELS = {"response_reserve": "response reserve", "safety_buffer": "safety buffer",
+                "usable_window": "window - reserve - safety"}
+
+
 @attrs.frozen
 class _Loaded:
     models: dict[str, ModelSpec]
@@ -43,9 +52,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     actions = parser.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="every model with provider, window, family and budget figures")
+    listing.add_argument("--json", action="store_true", help='print {"models": [...]} as JSON instead of the table')
     listing.set_defaults(handler=run_list)
     show = actions.add_parser("show", help="every field of one model and its derived budget figures")
     show.add_argument("model", metavar="MODEL", help="model id, e.g. gpt-4o")
+    show.add_argument("--json", action="store_true", help="print the model's figures as one JSON object")
     show.set_defaults(handler=run_show)
     diff = actions.add_parser(
         "diff", help="compare two catalog files (exit 0 identical, 1 different, 2 bad file)",
@@ -59,15 +70,15 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run_list(args: argparse.Namespace) -> int:
     catalog = _configured_catalog()
-    rows = []
-    for spec in catalog.models():
-        family = catalog.family(spec.tokenizer_family)
-        reserve, safety = response_reserve(spec), safety_buffer(spec, family)
-        rows.append((spec.model_id, spec.provider, spec.context_window, spec.max_output_tokens, family.name,
-                     family.estimate_kind, reserve, safety, spec.context_window - reserve - safety))
+    models = [model_figures(catalog, spec) for spec in catalog.models()]
+    if args.json:
+        print(_json({"models": models}))
+        return EXIT_OK
+    columns = ("model_id", "provider", "context_window", "max_output_tokens", "tokenizer_family", "estimate_kind",
+               "response_reserve", "safety_buffer", "usable_window")
     headers = ("MODEL", "PROVIDER", "WINDOW", "MAX OUTPUT", "FAMILY", "ESTIMATE KIND", "RESERVE", "SAFETY",
                "WINDOW-RESERVE-SAFETY")
-    print(table(headers, rows, right=(2, 3, 6, 7, 8)))
+    print(table(headers, [[m[c] for c in columns] for m in models], right=(2, 3, 6, 7, 8)))
     return EXIT_OK
 
 
@@ -75,21 +86,33 @@ def run_show(args: argparse.Namespace) -> int:
     catalog = _configured_catalog()
     try:
         spec = catalog.for_model(args.model)
-    except UnknownModelError:
-        known = ", ".join(s.model_id for s in catalog.models())
-        raise CliError(f"MODEL: unknown model {args.model.strip()!r} (known: {known})") from None
+    except UnknownModelError as exc:
+        raise CliError(f"MODEL: {exc}") from None
+    figures = model_figures(catalog, spec)
+    if args.json:
+        print(_json(figures))
+        return EXIT_OK
+    print(key_values([(_SHOW_LABELS.get(k, k), f"{v:g}" if k == "safety_buffer_fraction" else v)
+                      for k, v in figures.items()]))
+    return EXIT_OK
+
+
+def model_figures(catalog: ModelCatalog, spec: ModelSpec) -> dict[str, object]:
+    """One model's fields, its family's policy and the derived budget, under the documented JSON keys."""
     family = catalog.family(spec.tokenizer_family)
     reserve, safety = response_reserve(spec), safety_buffer(spec, family)
-    pairs = (
-        *attrs.asdict(spec).items(),
-        ("estimate_kind", family.estimate_kind),
-        ("safety_buffer_fraction", f"{family.safety_buffer_fraction:g}"),
-        ("response reserve", reserve),
-        ("safety buffer", safety),
-        ("window - reserve - safety", spec.context_window - reserve - safety),
-    )
-    print(key_values(pairs))
-    return EXIT_OK
+    return {
+        "model_id": spec.model_id, "provider": spec.provider, "context_window": spec.context_window,
+        "max_output_tokens": spec.max_output_tokens, "tokenizer_family": spec.tokenizer_family,
+        "supports_tools": spec.supports_tools, "supports_vision": spec.supports_vision,
+        "supports_streaming": spec.supports_streaming, "estimate_kind": family.estimate_kind,
+        "safety_buffer_fraction": family.safety_buffer_fraction, "response_reserve": reserve,
+        "safety_buffer": safety, "usable_window": spec.context_window - reserve - safety,
+    }
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
 
 
 def run_diff(args: argparse.Namespace) -> int:

@@ -5,6 +5,11 @@ already expired, maps failures through ``status.failure_for`` and records the fi
 (OK, CANCELLED when the caller went away, DEADLINE_EXCEEDED, or the error's code) in the metrics.
 The caller's remaining deadline is passed to the use cases as ``deadline_s`` so that the retrieval
 wall never waits past it.
+
+Correlation: each call gets a ``call_id`` (a UUID4, quoted in INTERNAL messages) and a request id,
+the caller's ``request_id`` or, when it sent none, the call id. The request id travels in the
+domain request (downstream calls carry it; AssembleContextResponse echoes it) and in the call's
+``grpc_request`` log line, so an answer always matches its log.
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
@@ -29,6 +33,7 @@ from domain.usecases.record_feedback import RecordMemoryFeedback
 from domain.usecases.search_memories import SearchMemories
 from entrypoints.grpc_api import translate
 from entrypoints.grpc_api.status import DeadlineExpiredError, failure_for
+from entrypoints.observability.correlation import new_request_id
 from entrypoints.observability.metrics import ServiceMetrics
 
 SURFACE = "grpc"
@@ -54,6 +59,7 @@ class CallerAuthenticator(Protocol):
 class _Scope:
     deadline_s: float | None
     call_id: str
+    request_id: str  # the caller's, else call_id
 
 
 class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
@@ -77,7 +83,8 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
     async def AssembleContext(self, request: pb.AssembleContextRequest, context: grpc.aio.ServicerContext) -> pb.AssembleContextResponse:
         async with self._scope(context, "AssembleContext", request.request_id, request.trace_id) as scope:
             org_id, agent_id = await self._admit(context, request.org_id, request.agent_id)
-            domain = translate.assemble_request_from_proto(request, scope.deadline_s, tenant=(org_id, agent_id))
+            domain = translate.assemble_request_from_proto(
+                request, scope.deadline_s, tenant=(org_id, agent_id), request_id=scope.request_id)
             result = await self._assemble.execute(domain)
             self._observe_assembly(result, scope)
             return translate.assembly_to_proto(result)
@@ -85,7 +92,8 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
     async def SearchMemories(self, request: pb.SearchMemoriesRequest, context: grpc.aio.ServicerContext) -> pb.SearchMemoriesResponse:
         async with self._scope(context, "SearchMemories") as scope:
             org_id, agent_id = await self._admit(context, request.org_id, request.agent_id)
-            domain = translate.search_request_from_proto(request, scope.deadline_s, tenant=(org_id, agent_id))
+            domain = translate.search_request_from_proto(
+                request, scope.deadline_s, tenant=(org_id, agent_id), request_id=scope.request_id)
             result = await self._search.execute(domain)
             return translate.search_to_proto(result)
 
@@ -94,7 +102,8 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
     ) -> pb.RecordMemoryFeedbackResponse:
         async with self._scope(context, "RecordMemoryFeedback", trace_id=request.trace_id) as scope:
             org_id, _ = await self._admit(context, request.org_id, None)
-            domain = translate.feedback_request_from_proto(request, scope.deadline_s, org_id=org_id)
+            domain = translate.feedback_request_from_proto(
+                request, scope.deadline_s, org_id=org_id, request_id=scope.request_id)
             outcome = await self._feedback.execute(domain)
             self._observe_feedback(outcome)
             return translate.feedback_to_proto(outcome)
@@ -111,7 +120,8 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
     ) -> AsyncIterator[_Scope]:
         started = time.perf_counter()
         code = grpc.StatusCode.OK
-        scope = _Scope(deadline_s=context.time_remaining(), call_id=uuid.uuid4().hex)
+        call_id = new_request_id()
+        scope = _Scope(deadline_s=context.time_remaining(), call_id=call_id, request_id=request_id or call_id)
         with self._metrics.in_flight(SURFACE):
             try:
                 if scope.deadline_s is not None and scope.deadline_s <= 0:
@@ -139,7 +149,7 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
                 if _log.isEnabledFor(level):
                     _log.log(level, "grpc_request", extra={
                         "method": method, "code": code.name, "latency_ms": round(elapsed * 1000, 3),
-                        "call_id": scope.call_id, "request_id": request_id, "trace_id": trace_id})
+                        "call_id": scope.call_id, "request_id": scope.request_id, "trace_id": trace_id})
 
     def _observe_assembly(self, result: AssemblyResult, scope: _Scope) -> None:
         self._metrics.observe_assembly(result)

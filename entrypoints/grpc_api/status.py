@@ -3,7 +3,8 @@
 | failure                                   | status                                         |
 |-------------------------------------------|------------------------------------------------|
 | InvalidRequestError                       | INVALID_ARGUMENT, message names the field      |
-| UnknownModelError                         | INVALID_ARGUMENT, message names the model      |
+| UnknownModelError                         | INVALID_ARGUMENT, message names the model and  |
+|                                           | lists the known ones                           |
 | memory source timed out (SearchMemories)  | DEADLINE_EXCEEDED when the caller's own        |
 |                                           | deadline is (nearly) spent, else UNAVAILABLE   |
 | memory source refused our credentials     | FAILED_PRECONDITION: the service is            |

@@ -1,8 +1,10 @@
 """Pure proto <-> domain mapping for the three RPCs; the only place the two sets of types meet.
 
 Requests are copied field by field (no validation here: the use cases validate and name the
-field). Responses fill every field, including the additive ones; durations become whole
-milliseconds with ``max(0, round(ms))`` and integers are clamped to the int32 range.
+field); ``request_id``, when given, is the call's request id (the caller's, or one the edge
+generated) and replaces the message's own. Responses fill every field, including the additive
+ones; durations become whole milliseconds with ``max(0, round(ms))`` and integers are clamped to
+the int32 range.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ def _int32(value: int) -> int:
 
 # ------------------------------------------------------------------ requests
 def assemble_request_from_proto(
-    msg: pb.AssembleContextRequest, deadline_s: float | None = None, *, tenant: tuple[str, str] | None = None
+    msg: pb.AssembleContextRequest, deadline_s: float | None = None, *, tenant: tuple[str, str] | None = None,
+    request_id: str | None = None,
 ) -> AssembleRequest:
     """The domain request; ``deadline_s`` is the caller's remaining time (None: no deadline) and
     ``tenant`` the (org_id, agent_id) admitted for the call (None: the request's own)."""
@@ -53,7 +56,7 @@ def assemble_request_from_proto(
         available_tokens=msg.available_tokens,
         session_id=msg.session_id,
         directive_version_id=msg.directive_version_id,
-        request_id=msg.request_id,
+        request_id=msg.request_id if request_id is None else request_id,
         trace_id=msg.trace_id,
         span_id=msg.span_id,
         deadline_s=deadline_s,
@@ -61,7 +64,8 @@ def assemble_request_from_proto(
 
 
 def search_request_from_proto(
-    msg: pb.SearchMemoriesRequest, deadline_s: float | None = None, *, tenant: tuple[str, str] | None = None
+    msg: pb.SearchMemoriesRequest, deadline_s: float | None = None, *, tenant: tuple[str, str] | None = None,
+    request_id: str = "",
 ) -> SearchRequest:
     """``limit`` 0 and ``min_similarity`` 0 mean "the default" (proto3 cannot tell unset from 0);
     ``tenant`` is the (org_id, agent_id) admitted for the call (None: the request's own)."""
@@ -75,12 +79,14 @@ def search_request_from_proto(
         categories=tuple(msg.categories),
         tags=tuple(msg.tags),
         session_id=msg.session_id,
+        request_id=request_id,
         deadline_s=deadline_s,
     )
 
 
 def feedback_request_from_proto(
-    msg: pb.RecordMemoryFeedbackRequest, deadline_s: float | None = None, *, org_id: str | None = None
+    msg: pb.RecordMemoryFeedbackRequest, deadline_s: float | None = None, *, org_id: str | None = None,
+    request_id: str = "",
 ) -> FeedbackRequest:
     """``org_id`` is the org admitted for the call (None: the request's own)."""
     return FeedbackRequest(
@@ -89,6 +95,7 @@ def feedback_request_from_proto(
         feedback=msg.feedback,
         session_id=msg.session_id,
         trace_id=msg.trace_id,
+        request_id=request_id,
         deadline_s=deadline_s,
     )
 

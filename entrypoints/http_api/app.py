@@ -8,8 +8,12 @@ Routes:
 - ``GET /readyz`` (200 ``{"status": "ready"}`` when ``readiness()`` is true, else 503 ``not_ready``)
 - ``GET /metrics`` (Prometheus text format)
 
-Errors are ``{"error": {"code", "message", "field"?, "requestId"?}}`` (table in ``errors.py``);
-unknown paths answer 404 ``NOT_FOUND``, wrong methods 405 ``METHOD_NOT_ALLOWED`` with ``Allow``.
+Errors are ``{"error": {"code", "message", "field"?, "requestId"}}`` (table in ``errors.py``);
+unknown paths answer 404 ``NOT_FOUND``, wrong methods 405 ``METHOD_NOT_ALLOWED`` with ``Allow``
+(those two carry no request id: no API call was made).
+Every API call has one request id (``calls.py``): the caller's, else a generated UUID4; it is in
+the answer (``requestId`` of AssembleContextResponse and of errors, the ``X-Request-ID`` header)
+and in the call's ``http_request`` log line.
 Every API call is counted (``observe_request("http", <RPC name>, <code>, seconds)``, ``in_flight``).
 """
 
@@ -160,7 +164,7 @@ async def _answer(call: ApiCall, method: str, handler: Handler) -> tuple[Respons
             _log.exception("http_internal_error", extra={
                 "method": method, "request_id": call.request_id, "trace_id": call.trace_id})
             error = internal_error()
-        return call.respond(error.status, error.body(call.request_id if error.status >= 500 else "")), error.code
+        return call.respond(error.status, error.body(call.request_id)), error.code
 
 
 async def _healthz(_request: Request) -> Response:

@@ -3,16 +3,16 @@
 Body rules: ``Content-Type`` must be ``application/json`` (charset, when given, utf-8) else 415;
 at most ``max_body_bytes`` else 413; UTF-8 JSON whose top level is an object else 400.
 
-Correlation: ``X-Request-ID`` (1..128 visible ASCII characters, else 400) is the request id when
-the body carries none; the id answered in the ``X-Request-ID`` response header is the request's
-own when it can travel in a header, otherwise one generated for this call (it is also logged and
-quoted in internal errors).
+Correlation: the call's request id is the body's ``requestId``, else ``X-Request-ID`` (1..128
+visible ASCII characters, else 400), else one generated for the call (a UUID4). That one id is
+the use case's request id (echoed in AssembleContextResponse, sent downstream), the call's log
+line, the id quoted in internal errors and the ``X-Request-ID`` response header (left out only
+when a body id cannot travel in a header).
 """
 
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any
 
 from starlette.requests import Request
@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse
 
 from entrypoints.http_api.errors import INVALID_ARGUMENT, PAYLOAD_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE, ApiError
 from entrypoints.http_api.json_mapping import loads_object
+from entrypoints.observability.correlation import new_request_id
 
 REQUEST_ID_HEADER = "X-Request-ID"
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -32,15 +33,15 @@ class ApiCall:
         self._max_body_bytes = max_body_bytes
         self._header_id = request.headers.get(REQUEST_ID_HEADER.lower(), "")
         header_ok = bool(_HEADER_SAFE.fullmatch(self._header_id))
-        self.request_id = self._header_id if header_ok else uuid.uuid4().hex
+        self.request_id = self._header_id if header_ok else new_request_id()
         self.trace_id = ""
 
     def correlate(self, request_id: str, trace_id: str = "") -> str:
-        """Record the body's ids; return the request id the use case should carry."""
+        """Record the body's ids; return the call's request id, which the use case must carry."""
         self.trace_id = trace_id
-        if request_id and _HEADER_SAFE.fullmatch(request_id) and not self._header_id:
+        if request_id:
             self.request_id = request_id
-        return request_id or self._header_id
+        return self.request_id
 
     async def read_json(self) -> dict[str, Any]:
         """The body as a JSON object (see the module docstring for the checks and their statuses)."""
@@ -56,7 +57,10 @@ class ApiCall:
         return loads_object(text, "the request body")
 
     def respond(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
-        return JSONResponse(body, status_code=status, headers={**(headers or {}), REQUEST_ID_HEADER: self.request_id})
+        headers = dict(headers or {})
+        if _HEADER_SAFE.fullmatch(self.request_id):
+            headers[REQUEST_ID_HEADER] = self.request_id
+        return JSONResponse(body, status_code=status, headers=headers)
 
     def _check_media_type(self) -> None:
         raw = self.request.headers.get("content-type", "")

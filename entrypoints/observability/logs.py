@@ -1,27 +1,49 @@
-"""Structured (JSON lines) logging; correlation ids travel in the ``extra`` fields."""
+"""Structured (JSON lines) logging; correlation ids travel in the ``extra`` fields.
+
+Every record is plain JSON, whoever logged it: third-party terminal decorations are dropped
+(uvicorn's ``color_message`` extra) and terminal escape sequences are removed from every string,
+keys and nested values included, so no field carries ANSI codes.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+_DECORATIONS = frozenset({"color_message"})  # uvicorn's coloured copy of the message
+# CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), other two-character escapes, then any stray ESC / 8-bit CSI
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]|[\x1b\x9b]")
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, Any] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
             "event": record.getMessage(),
         }
-        entry.update({k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")})
+        entry.update({k: v for k, v in vars(record).items()
+                      if k not in _STANDARD and k not in _DECORATIONS and not k.startswith("_")})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        return json.dumps(plain(entry), default=lambda value: plain(str(value)), ensure_ascii=False)
+
+
+def plain(value: Any) -> Any:
+    """``value`` with terminal escape sequences removed from every string in it (dicts, lists, tuples)."""
+    if isinstance(value, str):
+        return _ESCAPES.sub("", value) if "\x1b" in value or "\x9b" in value else value
+    if isinstance(value, dict):
+        return {plain(k) if isinstance(k, str) else k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
 
 
 def configure_logging(level: str = "INFO") -> None:

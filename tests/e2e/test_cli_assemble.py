@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -86,8 +87,12 @@ def test_json_prints_the_response_in_the_http_mapping(seeded: tuple[str, tuple[s
     assert result.returncode == 0, result.stderr
     body = json.loads(result.stdout)
     assert set(body) == {f.json_name for f in messages.ASSEMBLE_CONTEXT_RESPONSE.fields}
-    assert body["requestId"] == "cli-1" and body["memoriesIncluded"] == 3
+    assert body["requestId"] == "cli-1" and body["memoriesIncluded"] == 1
     assert {m["memoryId"] for m in body["memoriesUsed"]} == set(ids)
+    # relevance_v1: only the memory about slugs relates to the query; the others stay out, with their reason
+    outcome = sorted((m["memoryId"], m["detail"] or m["exclusion"]) for m in body["memoriesUsed"])
+    assert outcome == sorted([(ids[0], "below_relevance_floor"), (ids[1], "below_relevance_floor"),
+                              (ids[2], "included"), (ids[2], "duplicate")])  # the hot copy of the searched one
 
 
 def test_request_from_stdin(seeded: tuple[str, tuple[str, ...]]) -> None:
@@ -112,6 +117,50 @@ def test_request_from_stdin(seeded: tuple[str, tuple[str, ...]]) -> None:
 )
 def test_bad_input_exits_2_with_one_line_naming_it(seeded: tuple[str, tuple[str, ...]], args: tuple, named: str) -> None:
     assert named in one_error_line(run_cli(seeded[0], *args))
+
+
+def test_an_unknown_model_lists_the_known_models(seeded: tuple[str, tuple[str, ...]]) -> None:
+    from_flags = one_error_line(run_cli(seeded[0], *BASE_FLAGS[:4], "--model", "gpt-17"))
+    body = json.dumps({"orgId": ORG, "agentId": AGENT, "model": "gpt-17"})
+    from_stdin = one_error_line(run_cli(seeded[0], "--request", "-", stdin=body))
+    message = ("unknown model 'gpt-17': not in the model catalog (known: claude-haiku-4-5, claude-opus-4-5,"
+               " claude-sonnet-4-5, gpt-3.5-turbo, gpt-4-turbo, gpt-4o, gpt-4o-mini)")
+    assert from_flags == f"ibex-context: --model: {message}"
+    assert from_stdin == f"ibex-context: --request -: field model: {message}"
+
+
+@pytest.mark.parametrize(
+    ("stdin", "expected"),
+    [
+        ('{"orgId": ', "standard input is not valid JSON: Expecting value: line 1 column 11 (char 10)"),
+        ('{\n  "orgId": "a",\n  "model" "gpt-4o"\n}',
+         "standard input is not valid JSON: Expecting ':' delimiter: line 3 column 11 (char 28)"),
+        ("", "standard input is not valid JSON: Expecting value: line 1 column 1 (char 0)"),
+        ("[1, 2]", "standard input must be a JSON object, got an array"),
+    ],
+)
+def test_bad_json_on_stdin_names_standard_input(seeded: tuple[str, tuple[str, ...]], stdin: str, expected: str) -> None:
+    assert one_error_line(run_cli(seeded[0], "--request", "-", stdin=stdin)) == f"ibex-context: --request -: {expected}"
+
+
+def test_bad_json_in_a_file_names_the_flag_and_the_file(seeded: tuple[str, tuple[str, ...]], tmp_path: Path) -> None:
+    request = tmp_path / "bad.json"
+    request.write_text("{nope", encoding="utf-8")
+    line = one_error_line(run_cli(seeded[0], "--request", str(request)))
+    assert line.startswith(f"ibex-context: --request {request}: the file is not valid JSON: ")
+    assert "line 1 column 2" in line
+
+
+def test_a_request_id_is_generated_when_none_is_given(seeded: tuple[str, tuple[str, ...]]) -> None:
+    first, second = (json.loads(run_cli(seeded[0], *BASE_FLAGS, "--json").stdout)["requestId"] for _ in range(2))
+    for generated in (first, second):
+        assert str(uuid.UUID(generated)) == generated and uuid.UUID(generated).version == 4
+    assert first != second
+    report = run_cli(seeded[0], *BASE_FLAGS, "--request-id", "mine-7")
+    assert report.returncode == 0, report.stderr
+    assert "request id        : mine-7" in report.stdout
+    echoed = json.loads(run_cli(seeded[0], *BASE_FLAGS, "--request-id", "mine-7", "--json").stdout)["requestId"]
+    assert echoed == "mine-7"
 
 
 def test_a_bad_field_in_the_request_file_is_named(seeded: tuple[str, tuple[str, ...]], tmp_path: Path) -> None:

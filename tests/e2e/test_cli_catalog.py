@@ -78,8 +78,69 @@ def test_show_prints_every_field_and_the_derived_budget() -> None:
     }
 
 
-def test_show_of_an_unknown_model_exits_2_naming_it() -> None:
-    assert "'gpt-17'" in one_error_line(run_cli("catalog", "show", "gpt-17"))
+def test_show_of_an_unknown_model_exits_2_naming_it_and_the_known_models() -> None:
+    line = one_error_line(run_cli("catalog", "show", "gpt-17"))
+    known = ", ".join(sorted(m["model_id"] for m in builtin_document()["models"]))
+    assert "'gpt-17'" in line and line.endswith(f"(known: {known})")
+
+
+JSON_KEYS = ["model_id", "provider", "context_window", "max_output_tokens", "tokenizer_family", "supports_tools",
+             "supports_vision", "supports_streaming", "estimate_kind", "safety_buffer_fraction", "response_reserve",
+             "safety_buffer", "usable_window"]  # the documented keys, in order
+
+
+def test_list_json_is_every_model_with_the_documented_keys() -> None:
+    result = run_cli("catalog", "list", "--json")
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    assert list(body) == ["models"]
+    models = body["models"]
+    assert [m["model_id"] for m in models] == sorted(m["model_id"] for m in builtin_document()["models"])
+    assert all(list(m) == JSON_KEYS for m in models)
+    by_model = {m["model_id"]: m for m in models}
+    assert by_model["gpt-4o"] == {
+        "model_id": "gpt-4o", "provider": "openai", "context_window": 128000, "max_output_tokens": 16384,
+        "tokenizer_family": "o200k_base", "supports_tools": True, "supports_vision": True,
+        "supports_streaming": True, "estimate_kind": "exact_o200k_base", "safety_buffer_fraction": 0.02,
+        "response_reserve": 4096, "safety_buffer": 2560, "usable_window": 121344,
+    }
+    assert [by_model["gpt-3.5-turbo"][k] for k in ("response_reserve", "safety_buffer", "usable_window")] == [
+        2457, 327, 13601]
+
+
+def test_list_json_agrees_with_the_table() -> None:
+    models = json.loads(run_cli("catalog", "list", "--json").stdout)["models"]
+    rows = [row.split() for row in run_cli("catalog", "list").stdout.splitlines()[2:]]
+    columns = ("model_id", "provider", "context_window", "max_output_tokens", "tokenizer_family", "estimate_kind",
+               "response_reserve", "safety_buffer", "usable_window")
+    assert rows == [[str(m[c]) for c in columns] for m in models]
+
+
+def test_list_json_reads_the_configured_catalog_path(tmp_path: Path) -> None:
+    document = builtin_document()
+    document["models"] = [dict(document["models"][0], model_id="house-model", context_window=1000,
+                               max_output_tokens=8000)]
+    result = run_cli("catalog", "list", "--json", IBEX_CONTEXT_CATALOG_PATH=write(tmp_path / "c.json", document))
+    assert result.returncode == 0, result.stderr
+    (model,) = json.loads(result.stdout)["models"]
+    assert (model["model_id"], model["response_reserve"]) == ("house-model", 500)
+
+
+def test_show_json_is_the_models_entry_of_list_json() -> None:
+    result = run_cli("catalog", "show", " claude-sonnet-4-5 ", "--json")
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    listed = {m["model_id"]: m for m in json.loads(run_cli("catalog", "list", "--json").stdout)["models"]}
+    assert list(shown) == JSON_KEYS
+    assert shown == listed["claude-sonnet-4-5"]
+    assert (shown["estimate_kind"], shown["safety_buffer_fraction"], shown["usable_window"]) == (
+        "runes_div_3_5", 0.05, 185904)
+
+
+def test_show_json_of_an_unknown_model_is_the_same_one_line_error() -> None:
+    result = run_cli("catalog", "show", "gpt-17", "--json")
+    assert "'gpt-17'" in one_error_line(result) and "gpt-4o-mini" in result.stderr
+    assert result.stdout == ""
 
 
 def test_diff_of_identical_catalogs_exits_0(tmp_path: Path) -> None:

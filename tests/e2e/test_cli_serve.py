@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import attrs
@@ -58,10 +61,10 @@ def launch(env: dict[str, str]) -> subprocess.Popen:
     )
 
 
-@pytest.fixture(params=["uvloop", "asyncio"])
-def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ServeProcess]:
-    served = ServeProcess(launch(serve_env(tmp_path, IBEX_CONTEXT_EVENT_LOOP=request.param)))
-    served.event_loop = request.param
+@contextmanager
+def serving(env: dict[str, str], event_loop: str = "") -> Iterator[ServeProcess]:
+    """``serve`` started with ``env``, once it has announced both listeners; killed if still running."""
+    served = ServeProcess(launch(env), event_loop=event_loop)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (served.grpc_target and served.http_url):
@@ -79,6 +82,12 @@ def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ServeProc
             served.process.wait()
         for stream in (served.process.stdout, served.process.stderr):
             stream.close()  # type: ignore[union-attr]
+
+
+@pytest.fixture(params=["uvloop", "asyncio"])
+def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ServeProcess]:
+    with serving(serve_env(tmp_path, IBEX_CONTEXT_EVENT_LOOP=request.param), request.param) as served:
+        yield served
 
 
 def run_to_exit(env: dict[str, str]) -> tuple[int, str]:
@@ -105,6 +114,38 @@ def test_serve_announces_answers_and_exits_cleanly_on_a_signal(served: ServeProc
     assert '"service_stopped"' in stderr
     assert f'"event_loop": "{served.event_loop}"' in stderr
     assert "Traceback" not in stderr
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from (key, *_strings(item))
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def test_every_log_line_is_plain_json_and_carries_the_answered_request_id(tmp_path: Path) -> None:
+    with serving(serve_env(tmp_path, IBEX_CONTEXT_LOG_LEVEL="DEBUG")) as served:
+        request = pb.AssembleContextRequest(org_id=ORG_ID, agent_id=AGENT_ID, model=MODEL)
+        with grpc.insecure_channel(served.grpc_target) as channel:
+            grpc_id = pb_grpc.ContextAssemblyServiceStub(channel).AssembleContext(request, timeout=10).request_id
+        body = {"orgId": ORG_ID, "agentId": AGENT_ID, "model": MODEL}
+        http_id = httpx.post(f"{served.http_url}/v1/context:assemble", json=body, timeout=10).json()["requestId"]
+        assert served.stop(signal.SIGTERM) == 0
+        stderr = served.process.stderr.read()  # type: ignore[union-attr]
+
+    entries = [json.loads(line) for line in stderr.splitlines()]  # every line is one JSON object
+    assert any(e["logger"] == "uvicorn.error" and e["event"].startswith("Started server process") for e in entries)
+    assert all("color_message" not in e for e in entries)
+    assert not [text for e in entries for text in _strings(e) if "\x1b" in text or "\x9b" in text]
+    assert "\\u001b" not in stderr
+    by_event = {e["event"]: e for e in entries if e["event"] in ("grpc_request", "http_request")}
+    for generated in (grpc_id, http_id):
+        assert str(uuid.UUID(generated)) == generated and uuid.UUID(generated).version == 4
+    assert (by_event["grpc_request"]["request_id"], by_event["http_request"]["request_id"]) == (grpc_id, http_id)
 
 
 @pytest.mark.parametrize("variable, value", [("IBEX_CONTEXT_DEADLINE_MS", "soon"), ("IBEX_CONTEXT_EVENT_LOOP", "trio")])

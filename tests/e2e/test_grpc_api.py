@@ -59,7 +59,7 @@ async def test_assemble_answers_l0_and_fills_every_field(harness: Harness) -> No
         ("directive", "success"), ("hot", "success"), ("cold", "success")]
     assert all(b.latency_ms >= 0 for b in response.branches)
     assert response.estimate_kind == "exact_o200k_base"
-    assert response.score_schema == "interim_v1"
+    assert response.score_schema == "relevance_v1"
     assert (response.request_id, response.trace_id, response.span_id) == ("req-e2e-1", "trace-e2e-1", "span-e2e-1")
     assert response.directive_tokens > 0 and response.history_tokens > 0 and response.tokens_used > 0
     assert response.metrics.total_ms >= 0 and response.metrics.candidates_evaluated >= 1
@@ -176,11 +176,69 @@ async def test_out_of_bounds_requests_are_invalid_argument_naming_the_field(
     assert field in error.details()
 
 
-async def test_unknown_model_is_invalid_argument_naming_the_model(harness: Harness) -> None:
+async def test_unknown_model_is_invalid_argument_naming_the_model_and_the_known_ones(harness: Harness) -> None:
     error = await rpc_error(harness.stub.AssembleContext(assemble_request(model="gpt-unknown-9"), timeout=5))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "gpt-unknown-9" in error.details()
+    known = ", ".join(spec.model_id for spec in harness.service.app.catalog.models())
+    assert error.details() == f"model: unknown model 'gpt-unknown-9': not in the model catalog (known: {known})"
+    assert "gpt-4o-mini" in known
     assert harness.requests_seen("AssembleContext", "INVALID_ARGUMENT") == 1
+
+
+# ------------------------------------------------------------------ request ids
+def _request_log(caplog: pytest.LogCaptureFixture, method: str) -> logging.LogRecord:
+    (record,) = [r for r in caplog.records
+                 if r.getMessage() == "grpc_request" and r.method == method]  # type: ignore[attr-defined]
+    return record
+
+
+def _is_uuid4(text: str) -> bool:
+    return str(uuid.UUID(text)) == text and uuid.UUID(text).version == 4
+
+
+async def test_without_a_request_id_one_is_generated_returned_and_logged(
+    harness: Harness, memory_server: MemoryServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    memory_server.clear_log()
+    with caplog.at_level(logging.DEBUG, logger="ibex_context.grpc"):
+        response = await harness.stub.AssembleContext(assemble_request(request_id=""), timeout=5)
+        again = await harness.stub.AssembleContext(assemble_request(request_id=""), timeout=5)
+
+    assert _is_uuid4(response.request_id) and _is_uuid4(again.request_id)
+    assert response.request_id != again.request_id
+    logged = [r for r in caplog.records if r.getMessage() == "grpc_request"]
+    assert [r.request_id for r in logged] == [response.request_id, again.request_id]  # type: ignore[attr-defined]
+    assert [r.call_id for r in logged] == [response.request_id, again.request_id]  # type: ignore[attr-defined]
+    sent_downstream = {r.headers.get("x-request-id") for r in memory_server.requests()}
+    assert sent_downstream == {response.request_id, again.request_id}
+
+
+async def test_a_caller_request_id_is_echoed_unchanged_and_logged(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="ibex_context.grpc"):
+        response = await harness.stub.AssembleContext(assemble_request(request_id=" Caller/ID 7 "), timeout=5)
+    assert response.request_id == " Caller/ID 7 "
+    assert _request_log(caplog, "AssembleContext").request_id == " Caller/ID 7 "  # type: ignore[attr-defined]
+
+
+async def test_a_failed_call_logs_its_generated_request_id(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="ibex_context.grpc"):
+        await rpc_error(harness.stub.AssembleContext(assemble_request(request_id="", model="gpt-17"), timeout=5))
+    record = _request_log(caplog, "AssembleContext")
+    assert record.code == "INVALID_ARGUMENT" and _is_uuid4(record.request_id)  # type: ignore[attr-defined]
+
+
+async def test_a_search_logs_its_generated_request_id_and_sends_it_downstream(
+    harness: Harness, memory_server: MemoryServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    memory_server.clear_log()
+    with caplog.at_level(logging.DEBUG, logger="ibex_context.grpc"):
+        await harness.stub.SearchMemories(pb.SearchMemoriesRequest(org_id=ORG_ID, agent_id=AGENT_ID, query="theme"),
+                                          timeout=5)
+    logged = _request_log(caplog, "SearchMemories").request_id  # type: ignore[attr-defined]
+    assert _is_uuid4(logged)
+    assert [r.headers.get("x-request-id") for r in memory_server.requests("search")] == [logged]
 
 
 async def test_an_unexpected_failure_is_internal_with_a_call_id_and_the_trace_only_in_the_logs(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -234,8 +235,48 @@ def test_correlation_ids_are_echoed(api: httpx.Client) -> None:
     assert from_body.headers["x-request-id"] == "req-body"
     from_header = api.post("/v1/context:assemble", json=_assemble(), headers={"X-Request-ID": "req-header"})
     assert from_header.json()["requestId"] == from_header.headers["x-request-id"] == "req-header"
-    generated = api.post("/v1/context:assemble", json=_assemble())
-    assert generated.json()["requestId"] == "" and len(generated.headers["x-request-id"]) == 32
+    both = api.post("/v1/context:assemble", json=_assemble(requestId="req-body"),
+                    headers={"X-Request-ID": "req-header"})
+    assert both.json()["requestId"] == both.headers["x-request-id"] == "req-body"  # the body's id is the request's
+
+
+def _is_uuid4(text: str) -> bool:
+    return str(uuid.UUID(text)) == text and uuid.UUID(text).version == 4
+
+
+def _request_logs(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage() == "http_request"]
+
+
+def test_without_a_request_id_one_is_generated_answered_and_logged(
+    api: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="ibex_context.http"):
+        first, second = (api.post("/v1/context:assemble", json=_assemble()) for _ in range(2))
+    ids = [response.json()["requestId"] for response in (first, second)]
+    assert all(_is_uuid4(i) for i in ids) and ids[0] != ids[1]
+    assert [first.headers["x-request-id"], second.headers["x-request-id"]] == ids
+    assert [r.request_id for r in _request_logs(caplog)] == ids  # type: ignore[attr-defined]
+
+
+def test_a_caller_request_id_is_echoed_unchanged_and_logged(
+    api: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="ibex_context.http"):
+        response = api.post("/v1/context:assemble", json=_assemble(requestId="Caller 7 / ü"))
+    assert response.json()["requestId"] == "Caller 7 / ü"
+    assert "x-request-id" not in response.headers  # it cannot travel in a header; no other id is invented
+    assert [r.request_id for r in _request_logs(caplog)] == ["Caller 7 / ü"]  # type: ignore[attr-defined]
+
+
+def test_errors_carry_the_calls_request_id(api: httpx.Client, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="ibex_context.http"):
+        bad = api.post("/v1/context:assemble", json=_assemble(model="gpt-17"))
+        search = api.post("/v1/memories:search", json={"orgId": ORG, "agentId": AGENT, "query": " "})
+    ids = [_error(response, 400, "INVALID_ARGUMENT")["requestId"] for response in (bad, search)]
+    assert all(_is_uuid4(i) for i in ids)
+    assert [bad.headers["x-request-id"], search.headers["x-request-id"]] == ids
+    assert [r.request_id for r in _request_logs(caplog)] == ids  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------- SearchMemories and RecordMemoryFeedback
@@ -290,9 +331,12 @@ def test_bad_json_is_400(api: httpx.Client) -> None:
     assert "not valid JSON" in _error(response, 400, "INVALID_ARGUMENT")["message"]
 
 
-def test_unknown_model_is_400_naming_the_model(api: httpx.Client) -> None:
+def test_unknown_model_is_400_naming_the_model_and_the_known_ones(api: httpx.Client) -> None:
     error = _error(api.post("/v1/context:assemble", json=_assemble(model="gpt-17")), 400, "INVALID_ARGUMENT")
-    assert error["field"] == "model" and "gpt-17" in error["message"]
+    known = sorted([m["model_id"] for m in json.loads(resources.files("adapters").joinpath(
+        "data/model_capabilities.v1.json").read_bytes())["models"]] + [ODD_MODEL])
+    assert error["field"] == "model"
+    assert error["message"] == f"unknown model 'gpt-17': not in the model catalog (known: {', '.join(known)})"
 
 
 def test_unknown_path_is_404_in_the_error_shape(api: httpx.Client) -> None:

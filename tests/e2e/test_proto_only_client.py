@@ -83,7 +83,7 @@ async def test_a_client_generated_from_the_protos_decodes_every_field(harness: H
     assert all(set(b) == {"name", "outcome", "latency_ms", "detail"} for b in response["branches"])
     assert response["usable_budget"] > 0
     assert response["estimate_kind"] == "exact_o200k_base"
-    assert response["score_schema"] == "interim_v1"
+    assert response["score_schema"] == "relevance_v1"
     assert (response["request_id"], response["trace_id"], response["span_id"]) == ("proto-only-1", "proto-trace", "proto-span")
     assert set(response["metrics"]) == {
         "budget_calculation_ms", "directive_load_ms", "hot_memory_retrieval_ms", "cold_memory_retrieval_ms",

@@ -16,6 +16,7 @@ from adapters.redis_directive_store import RedisDirectiveStore
 from domain.model.assembly import AssembleRequest
 from domain.model.errors import UnknownModelError
 from domain.model.messages import Message
+from domain.relevance_policy import RelevancePolicy
 from entrypoints.containers import StartupError, build_container, container_config, open_application
 from entrypoints.settings import Settings
 
@@ -67,11 +68,18 @@ async def test_redis_and_the_memory_service_are_chosen_by_their_urls(redis_url: 
 def test_use_case_configuration_comes_from_the_settings() -> None:
     settings = Settings.from_env({
         "IBEX_CONTEXT_TIMEOUT": "45ms", "IBEX_CONTEXT_DEADLINE_MS": "30", "IBEX_CONTEXT_COLD_TIMEOUT_MS": "1s",
-        "IBEX_CONTEXT_FORMATTER_NONCE_BYTES": "8", "IBEX_CONTEXT_HOT_LIMIT": "40", "IBEX_CONTEXT_COLD_LIMIT": "30",
+        "IBEX_CONTEXT_FORMATTER_NONCE_BYTES": "8", "IBEX_CONTEXT_HOT_LIMIT": "40", "IBEX_CONTEXT_COLD_LIMIT": "25",
+        "IBEX_CONTEXT_SCORE_POLICY": "interim_v1", "IBEX_CONTEXT_RELEVANCE_FLOOR": "0.4",
+        "IBEX_CONTEXT_RELEVANCE_SHARPNESS": "2", "IBEX_CONTEXT_HOT_SLOTS": "3", "IBEX_CONTEXT_CORE_SLOTS": "1",
     })
     usecases = container_config(settings)["usecases"]
     assert usecases == {"wall_s": 0.030, "directive_timeout_s": 0.005, "hot_timeout_s": 0.015, "cold_timeout_s": 1.0,
-                        "nonce_bytes": 8, "hot_limit": 40, "cold_limit": 30, "deadline_headroom_s": 0.005}
+                        "nonce_bytes": 8, "hot_limit": 40, "cold_limit": 25, "deadline_headroom_s": 0.005,
+                        "score_policy": "interim_v1",
+                        "relevance": {"floor": 0.4, "sharpness": 2.0, "hot_slots": 3, "core_slots": 1}}
+    container = build_container(settings)
+    config = container.usecases.assemble.kwargs["config"]()
+    assert (config.score_policy, config.relevance) == ("interim_v1", RelevancePolicy(floor=0.4, sharpness=2.0, hot_slots=3, core_slots=1))
 
 
 async def test_a_provider_can_be_overridden_before_opening(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from domain.relevance_policy import RelevancePolicy
 from entrypoints.settings import Settings, SettingsError, is_loopback, parse_timeout_ms
 
 
@@ -95,8 +96,9 @@ def test_loopback_detection(addr: str, loopback: bool) -> None:
     assert is_loopback(addr) is loopback
 
 
-def test_hot_and_cold_limits_default_to_the_reference_and_parse() -> None:
-    assert (Settings.from_env({}).hot_limit, Settings.from_env({}).cold_limit) == (20, 10)
+def test_hot_and_cold_limits_default_to_20_and_30_and_parse() -> None:
+    # The reference searched 10; 30 was chosen with bench.quality (docs/PERFORMANCE.md, "Context quality").
+    assert (Settings.from_env({}).hot_limit, Settings.from_env({}).cold_limit) == (20, 30)
     settings = Settings.from_env({"IBEX_CONTEXT_HOT_LIMIT": "40", "IBEX_CONTEXT_COLD_LIMIT": " 100 "})
     assert (settings.hot_limit, settings.cold_limit) == (40, 100)
 
@@ -114,3 +116,28 @@ def test_event_loop_defaults_to_uvloop_and_parses_case_insensitively(raw: str | 
 
 def test_log_level_keeps_its_upper_case_spelling() -> None:
     assert Settings.from_env({"IBEX_CONTEXT_LOG_LEVEL": "debug"}).log_level == "DEBUG"
+
+
+def test_the_score_policy_and_its_parameters_are_read_and_checked() -> None:
+    defaults = Settings.from_env({})
+    assert defaults.score_policy == "relevance_v1"
+    assert (defaults.relevance_floor, defaults.relevance_sharpness, defaults.hot_slots, defaults.core_slots) == (
+        RelevancePolicy().floor, RelevancePolicy().sharpness, RelevancePolicy().hot_slots, RelevancePolicy().core_slots)
+    tuned = Settings.from_env({"IBEX_CONTEXT_SCORE_POLICY": "Interim_V1", "IBEX_CONTEXT_RELEVANCE_FLOOR": "0.5",
+                               "IBEX_CONTEXT_RELEVANCE_SHARPNESS": "6", "IBEX_CONTEXT_HOT_SLOTS": "0",
+                               "IBEX_CONTEXT_CORE_SLOTS": "1"})
+    assert (tuned.score_policy, tuned.relevance_floor, tuned.relevance_sharpness, tuned.hot_slots, tuned.core_slots) == (
+        "interim_v1", 0.5, 6.0, 0, 1)
+
+
+@pytest.mark.parametrize(("name", "raw", "accepts"), [
+    ("IBEX_CONTEXT_SCORE_POLICY", "weighted_v1", "one of relevance_v1, interim_v1"),
+    ("IBEX_CONTEXT_RELEVANCE_FLOOR", "1.5", "a number in 0..1"),
+    ("IBEX_CONTEXT_RELEVANCE_FLOOR", "nan", "a number in 0..1"),
+    ("IBEX_CONTEXT_RELEVANCE_SHARPNESS", "0.5", "a number in 1..16"),
+    ("IBEX_CONTEXT_HOT_SLOTS", "-1", "an integer in 0..50"),
+])
+def test_bad_score_policy_settings_name_the_variable(name: str, raw: str, accepts: str) -> None:
+    with pytest.raises(SettingsError) as excinfo:
+        Settings.from_env({name: raw})
+    assert str(excinfo.value) == f"{name}: expected {accepts}, got {raw!r}"

@@ -102,10 +102,14 @@ def test_model_lookup_strips_whitespace_then_matches_exactly() -> None:
         catalog.for_model("GPT-4O")
 
 
-def test_unknown_model_error_names_the_model() -> None:
+def test_unknown_model_error_names_the_model_and_the_known_ones() -> None:
+    catalog = JsonModelCatalog.builtin()
     with pytest.raises(UnknownModelError, match="gpt-9-ultra") as caught:
-        JsonModelCatalog.builtin().for_model("gpt-9-ultra")
+        catalog.for_model("gpt-9-ultra")
     assert caught.value.model == "gpt-9-ultra"
+    known = tuple(spec.model_id for spec in catalog.models())
+    assert caught.value.known == known == tuple(sorted(known))
+    assert str(caught.value).endswith(f"(known: {', '.join(known)})")
 
 
 def test_unknown_family_raises_unknown_model_error_naming_it() -> None:

@@ -118,3 +118,12 @@ def test_feedback_request() -> None:
     request = translate.feedback_request_from_proto(message, 1.5)
     assert (request.org_id, request.memory_ids, request.feedback, request.session_id, request.trace_id, request.deadline_s) == (
         "o", ("a", "b"), "positive", "s", "t", 1.5)
+
+
+def test_the_calls_request_id_replaces_the_messages_own() -> None:
+    assemble = pb.AssembleContextRequest(org_id="o", agent_id="a", model="m")
+    assert translate.assemble_request_from_proto(assemble).request_id == ""
+    assert translate.assemble_request_from_proto(assemble, request_id="call-1").request_id == "call-1"
+    search = translate.search_request_from_proto(pb.SearchMemoriesRequest(org_id="o", agent_id="a"), request_id="call-2")
+    feedback = translate.feedback_request_from_proto(pb.RecordMemoryFeedbackRequest(org_id="o"), request_id="call-3")
+    assert (search.request_id, feedback.request_id) == ("call-2", "call-3")

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import time
 
+import attrs
 import pytest
 
 from domain.model.assembly import AssembleRequest, AssemblyOptions
@@ -32,6 +33,7 @@ MODELS = (
 )
 COUNTER = CharsDiv4Counter()
 FAST = AssemblyConfig(wall_s=0.1, directive_timeout_s=0.05, hot_timeout_s=0.05, cold_timeout_s=0.05)
+INTERIM = attrs.evolve(FAST, score_policy="interim_v1")  # the reference's selection rule
 
 
 def assembler(memories: ScriptedMemorySource, directive: object = Directive("Be careful."), config: AssemblyConfig = FAST,
@@ -73,7 +75,7 @@ async def test_l0_assembles_directive_history_and_memories() -> None:
     assert result.memories_included == 2
     assert result.tokens_used == COUNTER.count(result.assembled_context)
     assert result.tokens_used <= 128000 - 4096 - 2560
-    assert result.score_schema == "interim_v1" and result.estimate_kind == "chars_div_4"
+    assert result.score_schema == "relevance_v1" and result.estimate_kind == "chars_div_4"
     included = [m for m in result.memories_used if m.exclusion == "included"]
     assert sum(m.token_estimate for m in included) == result.memory_tokens <= result.usable_budget
     assert result.metrics.total_ms >= max(result.metrics.ranking_ms, result.metrics.packing_ms, result.metrics.formatting_ms)
@@ -183,7 +185,9 @@ async def test_malformed_items_are_recorded_and_the_rest_is_used() -> None:
 
 async def test_max_memories_keeps_the_best_n() -> None:
     hot = MemoryBatch(tuple(make_hit(f"m{i}", similarity=s) for i, s in enumerate((0.1, 0.95, 0.5))))
-    result = await assembler(ScriptedMemorySource(hot=hot)).execute(request(options=AssemblyOptions(max_memories=1)))
+    result = await assembler(ScriptedMemorySource(hot=hot), config=INTERIM).execute(
+        request(options=AssemblyOptions(max_memories=1))
+    )
     included = [m.memory_id for m in result.memories_used if m.exclusion == "included"]
     capped = sorted(m.memory_id for m in result.memories_used if m.detail == "max_memories")
     assert included == ["m1"] and capped == ["m0", "m2"]
@@ -212,7 +216,7 @@ async def test_unknown_model_and_bad_requests_fail_before_any_io() -> None:
 async def test_budget_is_respected_with_a_small_window_and_large_tools() -> None:
     hot = MemoryBatch(tuple(make_hit(f"m{i:02d}", content="m" * 400, similarity=0.5 + i / 100) for i in range(30)))
     tool = "TOOL_SCHEMA_" + "x" * 4000
-    result = await assembler(ScriptedMemorySource(hot=hot)).execute(request(model="tiny", tool_schemas=(tool,)))
+    result = await assembler(ScriptedMemorySource(hot=hot), config=INTERIM).execute(request(model="tiny", tool_schemas=(tool,)))
     assert tool in result.assembled_context
     assert result.tokens_used <= 3000 - 500 - 60
     assert 0 < result.memories_included < 30
@@ -237,3 +241,47 @@ async def test_same_inputs_and_nonce_give_the_same_bytes() -> None:
     first = await assembler(both(("a", "b", "c"))).execute(request())
     second = await assembler(both(("c", "b", "a"))).execute(request())
     assert first.assembled_context == second.assembled_context
+
+
+async def test_relevance_v1_selection_is_the_optimum_a_client_recomputes_from_the_wire() -> None:
+    import itertools
+    import struct
+
+    words = ("failover", "replica", "primary", "database", "deploy", "freeze", "incident", "backup")
+    cold = MemoryBatch(tuple(
+        make_hit(f"c{i:02d}", content=" ".join(words[j % len(words)] for j in range(i, i + 3 + i % 4)) + " x" * (i * 7 % 23),
+                 similarity=0.3 + (i * 37 % 60) / 100, source="vector", category="factual", rank=i + 1)
+        for i in range(12)
+    ))
+    hot = MemoryBatch((make_hit("h-pref", content="Prefers dry-run flags.", similarity=0.9, category="preference"),))
+    result = await assembler(ScriptedMemorySource(hot=hot, cold=cold)).execute(
+        request(query="database failover", available_tokens=120)
+    )
+    assert result.score_schema == "relevance_v1"
+    packable = [m for m in result.memories_used if m.exclusion in ("included", "budget")]
+    for m in packable:
+        assert struct.unpack("<f", struct.pack("<f", m.composite_score))[0] == m.composite_score  # as sent
+    best = max(
+        (sum(m.composite_score for m in subset), -sum(m.token_estimate for m in subset))
+        for size in range(len(packable) + 1)
+        for subset in itertools.combinations(packable, size)
+        if sum(m.token_estimate for m in subset) <= result.usable_budget
+    )
+    included = [m for m in packable if m.exclusion == "included"]
+    assert 0 < len(included) < len(packable)
+    assert sum(m.composite_score for m in included) == pytest.approx(best[0], rel=1e-12)
+    assert sum(m.token_estimate for m in included) <= result.usable_budget
+
+
+async def test_relevance_v1_puts_the_relevant_memory_first_and_leaves_unrelated_hot_ones_out() -> None:
+    hot = MemoryBatch((
+        make_hit("h-cdn", content="The CDN purge API allows 100 requests per minute.", similarity=0.95, category="factual"),
+        make_hit("h-lead", content="The on-call lead prefers commands with a dry-run flag.", similarity=0.7),
+    ))
+    cold = MemoryBatch((make_hit("c-db", content="Before a database failover, freeze deploys.", similarity=0.4,
+                                 source="vector", category="procedural"),))
+    result = await assembler(ScriptedMemorySource(hot=hot, cold=cold)).execute(request(query="database failover"))
+    included = [m.memory_id for m in result.memories_used if m.exclusion == "included"]
+    assert included == ["c-db", "h-lead"]  # the relevant one first, then one core preference
+    assert {m.memory_id: m.detail for m in result.memories_used if m.exclusion == "filter"} == {"h-cdn": "below_relevance_floor"}
+    assert result.assembled_context.index("freeze deploys") < result.assembled_context.index("dry-run")
