@@ -20,6 +20,18 @@ read the earlier caller's directive: another tenant's data. ``_exchange`` theref
 connection whose exchange was interrupted before the reply was read in full, before handing it back;
 the pool reconnects it on next use. redis-py 8 also disconnects on interrupted reads; this keeps the
 guarantee local, whatever the library version or the point of interruption.
+
+URLs (``from_url``). ``redis://`` and ``rediss://`` (TLS; ``?ssl_ca_certs=PATH``, and
+``ssl_certfile``/``ssl_keyfile`` for a client certificate) as redis-py reads them, ``unix://``,
+and Redis Sentinel, which redis-py has no URL for:
+``redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service_name[/db][?options]``
+(``rediss+sentinel://``: TLS to the sentinels and to the master). The port defaults to 26379;
+credentials in the URL authenticate to the master, ``sentinel_username`` / ``sentinel_password``
+options to the sentinels; TLS options as for ``rediss://``. Every connection (re)opened asks the
+sentinels, in order, for the current master, so after a failover the next call connects to the
+new master; the old master's connections are closed by Sentinel itself (``CLIENT KILL``) when it
+is demoted, and ``_exchange`` drops any connection that failed mid-call. The pool is the same
+bounded blocking pool with no retries; sentinel queries use the same socket backstop.
 """
 
 from __future__ import annotations
@@ -29,10 +41,16 @@ import json
 import math
 import re
 import uuid
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
+import attrs
 import redis.asyncio as redis_asyncio
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import (
+    Sentinel, SentinelConnectionPool, SentinelManagedConnection, SentinelManagedSSLConnection,
+)
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -46,6 +64,11 @@ SOCKET_TIMEOUT_FLOOR_S = 0.05
 SOCKET_TIMEOUT_BRANCH_MULTIPLE = 4.0
 DEFAULT_MAX_CONNECTIONS = 16
 DEFAULT_HEALTH_CHECK_INTERVAL_S = 30.0
+DEFAULT_SENTINEL_PORT = 26379
+SENTINEL_SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}  # scheme -> TLS
+_SENTINEL_OPTIONS = frozenset({"sentinel_username", "sentinel_password", "ssl_ca_certs", "ssl_certfile",
+                               "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname"})
+_TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # Canonical (any case) or 32 bare hex digits; stricter than uuid.UUID, which also takes braces,
 # "urn:uuid:", stray hyphens, underscores and non-ASCII digits.
@@ -68,11 +91,90 @@ def directive_key(org_id: str, agent_id: str) -> str:
     return f"{_canonical_uuid('org_id', org_id)}:directive:{_canonical_uuid('agent_id', agent_id)}"
 
 
+@attrs.frozen
+class SentinelUrl:
+    """A parsed ``redis+sentinel://`` URL (``repr`` never shows the passwords)."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service_name: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = attrs.field(default=None, repr=False)
+    sentinel_username: str | None = None
+    sentinel_password: str | None = attrs.field(default=None, repr=False)
+    tls: bool = False
+    tls_options: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+def is_sentinel_url(url: str) -> bool:
+    return url.partition("://")[0].lower() in SENTINEL_SCHEMES
+
+
+def parse_sentinel_url(url: str) -> SentinelUrl:
+    """Parse ``redis+sentinel://[[user]:password@]host[:port],.../service_name[/db][?options]``.
+
+    Raises:
+        ValueError: the message names what is wrong and never contains a credential.
+    """
+    scheme, sep, _ = url.partition("://")
+    if not sep or scheme.lower() not in SENTINEL_SCHEMES:
+        raise ValueError(f"a Sentinel URL starts with {' or '.join(s + '://' for s in SENTINEL_SCHEMES)}")
+    parts = urlsplit(url)
+    userinfo, at, hostlist = parts.netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    sentinels = tuple(_sentinel_address(entry) for entry in hostlist.split(","))
+    segments = [unquote(segment) for segment in parts.path.split("/")[1:]]
+    if not segments or not segments[0]:
+        raise ValueError("a Sentinel URL names the monitored service after the hosts: .../service_name[/db]")
+    if len(segments) > 2 or (len(segments) == 2 and not segments[1].isdigit()):
+        raise ValueError("a Sentinel URL's path is /service_name or /service_name/db (db a number)")
+    options: dict[str, str] = {}
+    for name, given in parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query)).items():
+        if name not in _SENTINEL_OPTIONS:
+            raise ValueError(f"unknown Sentinel URL option {name!r} (known: {', '.join(sorted(_SENTINEL_OPTIONS))})")
+        options[name] = given[-1]
+    tls = SENTINEL_SCHEMES[scheme.lower()]
+    tls_options: dict[str, Any] = {name: options[name] for name in _TLS_OPTIONS if name in options}
+    if tls_options and not tls:
+        raise ValueError("TLS options need rediss+sentinel://")
+    if "ssl_check_hostname" in tls_options:
+        tls_options["ssl_check_hostname"] = tls_options["ssl_check_hostname"].lower() in ("1", "true", "yes")
+    return SentinelUrl(
+        sentinels=sentinels, service_name=segments[0], db=int(segments[1]) if len(segments) == 2 else 0,
+        username=username, password=password, sentinel_username=options.get("sentinel_username") or None,
+        sentinel_password=options.get("sentinel_password") or None, tls=tls, tls_options=tls_options,
+    )
+
+
+def _sentinel_address(entry: str) -> tuple[str, int]:
+    entry = entry.strip()
+    if entry.startswith("["):  # [IPv6]:port
+        host, _, rest = entry[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port_text = entry.partition(":")
+    if not host:
+        raise ValueError("a Sentinel URL lists host[:port] entries separated by commas, none empty")
+    if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
+        raise ValueError(f"Sentinel host {host!r}: the port must be 1..65535")
+    return host, int(port_text) if port_text else DEFAULT_SENTINEL_PORT
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, redis_asyncio.BlockingConnectionPool):
+    """A Sentinel-managed pool (each connect asks the sentinels for the master) that blocks,
+    within its timeout, when all ``max_connections`` are in use, instead of failing."""
+
+
 class RedisDirectiveStore(DirectiveStore):
     """Reads directives with one GET per call; owns (and closes) the client it is given."""
 
-    def __init__(self, client: redis_asyncio.Redis) -> None:
+    def __init__(self, client: redis_asyncio.Redis, *, sentinel: Sentinel | None = None) -> None:
         self._client = client
+        self._sentinel = sentinel  # closed with the store: its clients talk to the sentinels
         self._closed = False
 
     @classmethod
@@ -109,6 +211,9 @@ class RedisDirectiveStore(DirectiveStore):
             )
         if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:
             raise ValueError(f"max_connections must be an integer >= 1, got {max_connections!r}")
+        if is_sentinel_url(url):
+            return cls._from_sentinel_url(parse_sentinel_url(url), socket_timeout_s, connect_timeout_s,
+                                          max_connections, interval)
         try:
             pool = redis_asyncio.BlockingConnectionPool.from_url(
                 url,
@@ -121,8 +226,30 @@ class RedisDirectiveStore(DirectiveStore):
                 **({} if url.startswith("unix:") else {"socket_keepalive": True}),
             )
         except ValueError as e:
-            raise ValueError(f"redis url is not a Redis URL (redis://, rediss://, unix://): {e}") from e
+            raise ValueError(
+                f"redis url is not a Redis URL (redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://): {e}"
+            ) from e
         return cls(redis_asyncio.Redis.from_pool(pool))
+
+    @classmethod
+    def _from_sentinel_url(cls, target: SentinelUrl, socket_timeout_s: float, connect_timeout_s: float,
+                           max_connections: int, health_check_interval_s: float) -> RedisDirectiveStore:
+        backstop = {"socket_timeout": socket_timeout_s, "socket_connect_timeout": connect_timeout_s,
+                    "socket_keepalive": True, "retry": Retry(NoBackoff(), 0)}
+        tls = {"ssl": True, **target.tls_options} if target.tls else {}
+        sentinel = Sentinel(
+            list(target.sentinels),
+            sentinel_kwargs={**backstop, **tls, "username": target.sentinel_username,
+                             "password": target.sentinel_password},
+        )
+        pool = _BlockingSentinelPool(
+            target.service_name, sentinel,
+            connection_class=SentinelManagedSSLConnection if target.tls else SentinelManagedConnection,
+            max_connections=max_connections, timeout=socket_timeout_s,
+            db=target.db, username=target.username, password=target.password,
+            health_check_interval=health_check_interval_s, **backstop, **target.tls_options,
+        )
+        return cls(redis_asyncio.Redis.from_pool(pool), sentinel=sentinel)
 
     async def get(self, org_id: str, agent_id: str, *, timeout_s: float) -> Directive | None:
         """One GET bounded by ``timeout_s``; None on a miss, else the parsed envelope.
@@ -144,6 +271,8 @@ class RedisDirectiveStore(DirectiveStore):
         self._closed = True
         try:
             await self._client.aclose()
+            if self._sentinel is not None:
+                await self._sentinel.aclose()
         except (RedisError, OSError) as e:
             raise DirectiveStoreError(f"closing the directive store failed: {e}") from e
 

@@ -11,9 +11,13 @@ DESCRIPTIONS = {
     "packer": "exact packer vs the reference bucketed DP: latency, optimality, violations",
     "token_count": "exact token counting of 70 memories: cold vs warm cache vs plain tiktoken",
     "memory_client": "httpx vs aiohttp vs our adapter against a loopback memory server",
-    "load": "open-loop gRPC load against `ibex-context serve` with Redis and a memory server",
+    "load": "capacity of one `ibex-context serve` under h2load, with the canned and I/O-only floors in the same run",
+    "scaleout": "replicas on 127.0.0.2-.5 behind loopback DNS: SIGTERM, SIGKILL, scale-up with 0 failed calls",
     "floors": "CPU per call of each piece of an assembly vs the libraries alone (gRPC, aiohttp, redis-py)",
     "quality": "context quality on a seeded data set: evidence recall in the block, noise, duplicates, per policy",
+    "hostile_http": "hostile HTTP bodies against serve: /healthz latency while maximum-size bodies are refused, RSS, 500s",
+    "grpc_hostile": "hostile gRPC input (12 x 14 MB unauthenticated calls, 1M-tag searches): server RSS, /healthz",
+    "tracing_cost": "CPU per assembly with tracing off, on at 100% and at 1% sampling (rounds alternated)",
 }
 
 

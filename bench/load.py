@@ -1,15 +1,31 @@
-"""Open-loop load on AssembleContext over gRPC against ``ibex-context serve``.
+"""Capacity of one ``ibex-context serve`` process: AssembleContext over gRPC, driven by h2load.
 
-Everything runs in its own process: a private redis-server (the directive), the loopback memory
-service (hot ~2 ms, cold ~10 ms latency, 200 memories; hot and cold limits 40 each so that about
-70 distinct candidates reach packing), one or more ``ibex-context serve`` workers sharing the
-port (SO_REUSEPORT), and the load driver (``bench.load_driver``). Phases: a warm-up, fixed rates
-(100 and 300 req/s for 30 s by default), then a step-up from 150 req/s by 25 until p99 >= 40 ms
-or any error: the last rate that passed is the max sustainable rate. Prints a table with the CPU
-each process spent per request (service workers, memory service, load driver); ``bench.floors``
-splits the service's share piece by piece.
+The driver is ``h2load`` (Debian's ``nghttp2-client``, installed with apt-get when missing): a C
+HTTP/2 client that posts one length-prefixed ``AssembleContextRequest`` with ``content-type:
+application/grpc`` and ``te: trailers`` (and ``grpc-timeout`` with ``--deadline-ms``), open loop at
+a fixed request rate (``--rps`` per connection), costing a few microseconds of CPU per call, so the
+figures describe the service and not the driver. Beside it, each in its own process: a private
+redis-server holding the directive, and the loopback memory stand-in (canned answers; hot after
+2 ms, search after 10 ms; its memories use the query's words so that every candidate is relevant).
 
-    .venv/bin/python -m bench.load [--workers 4] [--duration 30] [--rates 100 300] [--no-step]
+Correctness is checked, not assumed: h2load sees only HTTP status 200 (the gRPC status travels in
+trailers), so answers are counted by gRPC code from the service's own ``/metrics``
+(``ibex_context_requests_total``) before and after each step. Calls that h2load leaves in flight
+when its duration ends are cancelled by it: they show up as ``CANCELLED`` and are reported apart,
+bounded by the streams that can be in flight, not as failures.
+
+Floors in the same run, at the same rate, with the same driver, as ratios:
+
+* canned: a grpc.aio server on the same stack answering with the exact bytes of a real answer;
+* I/O only: the same server doing an assembly's I/O first (the Redis GET and the two memory calls
+  to the same stand-in, with the plain libraries), then the same bytes.
+
+Per step: offered and achieved rate, p50/p95/p99/max (from h2load's per-request log), service CPU
+ms per call (``/proc/<pid>/stat`` of the serve process), the stand-in's and Redis's CPU per call,
+and answers by code. The step-up reports the highest rate with p99 < 40 ms and no errors.
+
+    .venv/bin/python -m bench.load [--rates 300 500] [--duration 20] [--budget 2000] [--deadline-ms 45]
+        [--step-from 300 --step 100] [--no-step] [--no-floors] [--connections 4] [--env KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -17,23 +33,34 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import grpc
 import redis
 
+from contracts.ibex.context.v1 import context_pb2 as pb
+from contracts.ibex.context.v1 import context_pb2_grpc as pb_grpc
 from tests.support.memory_server import MemoryServerProcess
 from tests.support.redis_server import RedisServer, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 P99_LIMIT_MS = 40.0
-HEADER = (f"{'phase':<6} {'offered':>7} {'achieved':>8} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'max ms':>7} "
-          f"{'errors':>6} {'degraded':>8} {'cands':>5} {'svc cpu ms/req':>14} {'mem cpu ms/req':>14} {'drv cpu ms/req':>14}")
+STREAMS_PER_CONNECTION = 64  # h2load's -m: enough that the open loop never waits for a free stream
+QUERY = "dark theme python deploy budget weekly report"
+METHOD_PATH = "/ibex.context.v1.ContextAssemblyService/AssembleContext"
 _TICKS = os.sysconf("SC_CLK_TCK")
+_REQUESTS = re.compile(r'^ibex_context_requests_total\{code="(\w+)",method="AssembleContext",surface="grpc"\} (\S+)$', re.M)
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -52,120 +79,232 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def row(phase: str, result: dict) -> str:
-    lat = result["latencies_ms"]
-    errors = sum(result["errors"].values())
-    achieved = result["ok"] / result["duration_s"]
-    per_request = 1000.0 / max(1, result["sent"])
-    cands = result["candidates"] / result["ok"] if result["ok"] else 0.0
-    return (f"{phase:<6} {result['rate']:>7.0f} {achieved:>8.1f} {percentile(lat, .5):>7.1f} {percentile(lat, .95):>7.1f} "
-            f"{percentile(lat, .99):>7.1f} {max(lat, default=float('nan')):>7.1f} {errors:>6d} {result['degraded']:>8d} "
-            f"{cands:>5.1f} {result['service_cpu_s'] * per_request:>14.2f} {result['memory_cpu_s'] * per_request:>14.2f} "
-            f"{result['driver_cpu_s'] * per_request:>14.2f}")
+def ensure_h2load() -> str:
+    found = shutil.which("h2load")
+    if found:
+        return found
+    print("installing nghttp2-client (h2load, the load driver)", file=sys.stderr, flush=True)
+    subprocess.run("apt-get update -qq && apt-get install -y -qq nghttp2-client", shell=True, check=True,
+                   stdout=subprocess.DEVNULL)
+    return shutil.which("h2load") or sys.exit("bench.load: h2load is not installed and could not be installed")
 
 
-@contextmanager
-def backends(memories: int) -> Iterator[tuple[RedisServer, MemoryServerProcess]]:
-    with ExitStack() as stack:
-        store = RedisServer.launch()
-        stack.callback(store.close)
-        memory = MemoryServerProcess.launch("--seed-demo", str(memories), "--hot-latency-ms", "2", "--cold-latency-ms", "10")
-        stack.callback(memory.close)
+def grpc_frame(message: bytes) -> bytes:
+    """One gRPC length-prefixed message: not compressed, 4-byte big-endian length."""
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+class Stack:
+    """redis-server, the memory stand-in and one serve process (gRPC + HTTP for /metrics)."""
+
+    def __init__(self, stack: ExitStack, args: argparse.Namespace) -> None:
+        self.redis = RedisServer.launch()
+        stack.callback(self.redis.close)
+        self.memory = MemoryServerProcess.launch("--seed-demo", str(args.memories), "--hot-latency-ms", "2",
+                                                 "--cold-latency-ms", "10")
+        stack.callback(self.memory.close)
         envelope = {"v": 1, "content": "Answer briefly and cite the memory ids you used.",
                     "injection_mode": "system_first", "version_id": str(uuid.uuid4())}
-        with redis.Redis.from_url(store.url) as client:
-            client.set(f"{memory.org_id}:directive:{memory.agent_id}", json.dumps(envelope))
-        yield store, memory
+        with redis.Redis.from_url(self.redis.url) as client:
+            client.set(f"{self.memory.org_id}:directive:{self.memory.agent_id}", json.dumps(envelope))
+        self.grpc_addr, self.http_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("IBEX_CONTEXT_")}
+        env.update({
+            "IBEX_CONTEXT_GRPC_ADDR": self.grpc_addr, "IBEX_CONTEXT_HTTP_ADDR": self.http_addr,
+            "IBEX_CONTEXT_REDIS_URL": self.redis.url, "IBEX_CONTEXT_MEMORY_BASE_URL": self.memory.base_url,
+            "IBEX_CONTEXT_MEMORY_API_TOKEN": self.memory.token, "IBEX_CONTEXT_LOG_LEVEL": "WARNING",
+            "IBEX_CONTEXT_HOT_LIMIT": str(args.hot_limit), "IBEX_CONTEXT_COLD_LIMIT": str(args.cold_limit),
+            # every candidate reaches the packer, as in the reference workload (no hot bound)
+            "IBEX_CONTEXT_HOT_SLOTS": str(args.hot_limit),
+        })
+        env.update(extra_env(args.env))
+        self.serve = subprocess.Popen([sys.executable, "-m", "entrypoints.cli", "serve"], cwd=REPO, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        stack.callback(_stop, self.serve)
+        _wait_ready(f"http://{self.http_addr}/readyz", self.serve)
+
+    def request(self, budget: int) -> pb.AssembleContextRequest:
+        return pb.AssembleContextRequest(
+            org_id=self.memory.org_id, agent_id=self.memory.agent_id, model="gpt-4o", query=QUERY,
+            available_tokens=budget,
+            recent_messages=[pb.Message(role="user", content="What did we decide about the weekly budget report?")])
+
+    def codes(self) -> Counter[str]:
+        with urllib.request.urlopen(f"http://{self.http_addr}/metrics", timeout=10) as answer:  # noqa: S310 - loopback
+            text = answer.read().decode()
+        return Counter({code: int(float(value)) for code, value in _REQUESTS.findall(text)})
+
+
+def extra_env(pairs: list[str]) -> dict[str, str]:
+    """``--env KEY=VALUE`` options as a dict (for the serve process; later ones win)."""
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"bench.load: --env expects KEY=VALUE, got {pair!r}")
+        env[key] = value
+    return env
+
+
+def _wait_ready(url: str, process: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"serve exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as answer:  # noqa: S310 - loopback
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("serve did not become ready in 60 s")
+
+
+def _stop(process: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
 
 
 @contextmanager
-def serve_workers(workers: int, store: RedisServer, memory: MemoryServerProcess,
-                  args: argparse.Namespace) -> Iterator[tuple[str, list[int]]]:
-    target = f"127.0.0.1:{free_port()}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IBEX_CONTEXT_")}
-    env.update({
-        "IBEX_CONTEXT_GRPC_ADDR": target, "IBEX_CONTEXT_REDIS_URL": store.url,
-        "IBEX_CONTEXT_MEMORY_BASE_URL": memory.base_url, "IBEX_CONTEXT_MEMORY_API_TOKEN": memory.token,
-        "IBEX_CONTEXT_HOT_LIMIT": str(args.hot_limit), "IBEX_CONTEXT_COLD_LIMIT": str(args.cold_limit),
-        "IBEX_CONTEXT_LOG_LEVEL": "WARNING", "IBEX_CONTEXT_EVENT_LOOP": args.event_loop,
-    })
-    command = [sys.executable, "-m", "entrypoints.cli", "serve", "--no-http", *(["--reuse-port"] if workers > 1 else [])]
-    processes: list[subprocess.Popen] = []
+def floor_server(response: Path, stack_: Stack | None, args: argparse.Namespace) -> Iterator[tuple[str, int]]:
+    """A floor server (canned bytes; with ``stack_``: the I/O-only pipeline) on a free port."""
+    port = free_port()
+    command = [sys.executable, "-m", "bench.floor_server", "--port", str(port), "--response-file", str(response)]
+    if stack_ is not None:
+        memory = stack_.memory
+        command += ["--io", "--redis-url", stack_.redis.url, "--memory-url", memory.base_url, "--token", memory.token,
+                    "--org", memory.org_id, "--agent", memory.agent_id, "--query", QUERY,
+                    "--hot-limit", str(args.hot_limit), "--cold-limit", str(args.cold_limit)]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
-        for _ in range(workers):
-            process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
-            processes.append(process)
-            line = process.stdout.readline() if process.stdout else ""
-            if "gRPC listening on" not in line:
-                raise RuntimeError(f"serve did not start: {line!r} (exit {process.poll()})")
-        yield target, [p.pid for p in processes]
+        if process.stdout is None or process.stdout.readline().strip() != "ready":
+            raise RuntimeError("floor server did not start")
+        yield f"127.0.0.1:{port}", process.pid
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=30)
-            if process.stdout:
-                process.stdout.close()
+        _stop(process)
 
 
-def phase(target: str, memory: MemoryServerProcess, rate: float, duration_s: float, service_pids: list[int]) -> dict:
-    cpu_before = cpu_seconds(service_pids), cpu_seconds([memory.process.pid])
-    command = [sys.executable, "-m", "bench.load_driver", "--target", target, "--rate", str(rate),
-               "--duration", str(duration_s), "--org", memory.org_id, "--agent", memory.agent_id, "--channels", "8"]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=duration_s + 120, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"load driver failed: {done.stderr}")
-    result = json.loads(done.stdout)
-    result["service_cpu_s"] = cpu_seconds(service_pids) - cpu_before[0]
-    result["memory_cpu_s"] = cpu_seconds([memory.process.pid]) - cpu_before[1]
-    return result
+def h2load(h2load_bin: str, addr: str, body: Path, rate: float, duration_s: float, args: argparse.Namespace) -> dict:
+    """One open-loop h2load run; latencies (ms) of the completed requests from its per-request log."""
+    connections = args.connections
+    with tempfile.NamedTemporaryFile(prefix="h2load-", suffix=".log") as log:
+        command = [h2load_bin, f"http://{addr}{METHOD_PATH}", "-d", str(body), "-c", str(connections), "-m", str(STREAMS_PER_CONNECTION),
+                   f"--rps={rate / connections:g}", "-D", f"{duration_s:g}", f"--log-file={log.name}",
+                   "-H", "content-type: application/grpc", "-H", "te: trailers"]
+        if args.deadline_ms:
+            command += ["-H", f"grpc-timeout: {int(args.deadline_ms)}m"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=duration_s + 60, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"h2load failed: {done.stdout[-500:]} {done.stderr[-500:]}")
+        lines = [line.split("\t") for line in Path(log.name).read_text().splitlines() if line.strip()]
+    latencies = [int(fields[2]) / 1000.0 for fields in lines if fields[1] == "200"]
+    return {"completed": len(latencies), "latencies_ms": latencies, "http_errors": len(lines) - len(latencies),
+            "driver": done.stdout}
 
 
-def note(result: dict) -> str:
-    """Where the errors and degraded answers came from, and the server's own view of latency."""
-    server = [float(v) for v in result["server_total_ms"]]
-    return (f"{result['rate']:.0f} req/s: server total_ms p50/p99 {percentile(server, .5):.0f}/{percentile(server, .99):.0f}; "
-            f"errors {result['errors'] or '-'}; non-success branches {result['branch_failures'] or '-'}")
+def measure(h2load_bin: str, addr: str, body: Path, rate: float, duration_s: float, pids: dict[str, int],
+            args: argparse.Namespace, stack_: Stack | None = None) -> dict:
+    before_cpu = {name: cpu_seconds([pid]) for name, pid in pids.items()}
+    before_codes = stack_.codes() if stack_ else Counter()
+    run = h2load(h2load_bin, addr, body, rate, duration_s, args)
+    cpu = {name: cpu_seconds([pid]) - before_cpu[name] for name, pid in pids.items()}
+    codes = (stack_.codes() - before_codes) if stack_ else Counter({"OK": run["completed"]})
+    answered = max(1, sum(codes.values()))
+    lat = run["latencies_ms"]
+    return {
+        "offered": rate, "achieved": codes.get("OK", 0) / duration_s, "p50": percentile(lat, 0.5),
+        "p95": percentile(lat, 0.95), "p99": percentile(lat, 0.99), "max": max(lat, default=float("nan")),
+        "codes": dict(codes), "http_errors": run["http_errors"],
+        "cpu_ms_per_call": {name: seconds * 1000.0 / answered for name, seconds in cpu.items()},
+    }
 
 
-def passed(result: dict) -> bool:
-    return not result["errors"] and result["ok"] == result["sent"] and percentile(result["latencies_ms"], .99) < P99_LIMIT_MS
+def errors(result: dict, open_streams: int) -> dict[str, int]:
+    """Non-OK answers, without the calls h2load cancels when its duration ends (at most its open streams)."""
+    codes = dict(result["codes"])
+    codes.pop("OK", None)
+    if codes.get("CANCELLED", 0) <= open_streams:
+        codes.pop("CANCELLED", None)
+    if result["http_errors"]:
+        codes["http"] = result["http_errors"]
+    return codes
+
+
+def passed(result: dict, open_streams: int) -> bool:
+    return not errors(result, open_streams) and result["p99"] < P99_LIMIT_MS
+
+
+HEADER = (f"{'what':<22} {'offered':>7} {'achieved':>8} {'p50':>6} {'p95':>6} {'p99':>6} {'max':>7} "
+          f"{'svc cpu ms/call':>15} {'stand-in':>8} {'redis':>6}  non-OK")
+
+
+def line(what: str, r: dict) -> str:
+    cpu = r["cpu_ms_per_call"]
+    non_ok = ", ".join(f"{k} {v}" for k, v in sorted(r["codes"].items()) if k != "OK") or "-"
+    return (f"{what:<22} {r['offered']:>7.0f} {r['achieved']:>8.1f} {r['p50']:>6.1f} {r['p95']:>6.1f} {r['p99']:>6.1f} "
+            f"{r['max']:>7.1f} {cpu.get('service', 0.0):>15.3f} {cpu.get('stand-in', 0.0):>8.3f} "
+            f"{cpu.get('redis', 0.0):>6.3f}  {non_ok}")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Open-loop gRPC load on AssembleContext")
-    parser.add_argument("--workers", type=int, default=4,
-                        help="serve processes sharing the port (SO_REUSEPORT); 4 gave the best tail on 2 cores")
-    parser.add_argument("--duration", type=float, default=30.0, help="seconds per fixed-rate phase")
-    parser.add_argument("--rates", type=float, nargs="*", default=[100.0, 300.0])
-    parser.add_argument("--step-from", type=float, default=150.0)
-    parser.add_argument("--step", type=float, default=25.0)
-    parser.add_argument("--step-duration", type=float, default=10.0)
-    parser.add_argument("--no-step", action="store_true", help="skip the max-sustainable-rate search")
-    parser.add_argument("--event-loop", choices=("uvloop", "asyncio"), default="uvloop", help="the workers' event loop")
+    parser = argparse.ArgumentParser(description="Capacity of one serve process under h2load")
+    parser.add_argument("--rates", type=float, nargs="*", default=[300.0, 500.0])
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds per step")
+    parser.add_argument("--budget", type=int, default=2000, help="available_tokens (2000 binds; 0: everything fits)")
+    parser.add_argument("--deadline-ms", type=float, default=45.0, help="grpc-timeout sent (0: none)")
+    parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--step-from", type=float, default=300.0)
+    parser.add_argument("--step", type=float, default=100.0)
+    parser.add_argument("--no-step", action="store_true")
+    parser.add_argument("--no-floors", action="store_true")
     parser.add_argument("--memories", type=int, default=200)
-    parser.add_argument("--hot-limit", type=int, default=40)
-    parser.add_argument("--cold-limit", type=int, default=40)
+    parser.add_argument("--hot-limit", type=int, default=50)
+    parser.add_argument("--cold-limit", type=int, default=20)
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="an environment variable for the serve process (repeatable), e.g. OTEL_EXPORTER_OTLP_ENDPOINT=...")
     args = parser.parse_args(argv)
-    with backends(args.memories) as (store, memory), serve_workers(args.workers, store, memory, args) as (target, pids):
-        phase(target, memory, 100.0, 5.0, pids)  # warm-up: connections, caches
-        print(f"workers={args.workers} event_loop={args.event_loop} target={target} (latency from each request's due time)\n{HEADER}", flush=True)
-        notes: list[str] = []
+    h2load_bin = ensure_h2load()
+    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="ibex-load-") as folder:
+        services = Stack(stack, args)
+        request = services.request(args.budget)
+        body = Path(folder) / "request.bin"
+        body.write_bytes(grpc_frame(request.SerializeToString()))
+        with grpc.insecure_channel(services.grpc_addr) as channel:
+            answer = pb_grpc.ContextAssemblyServiceStub(channel).AssembleContext(request, timeout=5)
+        reached = sum(1 for m in answer.memories_used if m.exclusion in ("included", "budget"))
+        response = Path(folder) / "response.bin"
+        response.write_bytes(answer.SerializeToString())
+        pids = {"service": services.serve.pid, "stand-in": services.memory.process.pid, "redis": services.redis.process.pid}
+        measure(h2load_bin, services.grpc_addr, body, 100.0, 5.0, pids, args, services)  # warm-up
+        print(f"one serve process, {len(answer.memories_used)} candidates ({reached} reached the packer, "
+              f"{answer.memories_included} packed), available_tokens {args.budget}, grpc-timeout "
+              f"{args.deadline_ms:g} ms, {args.connections} connections, {args.duration:g} s a step\n{HEADER}", flush=True)
+        results = []
         for rate in args.rates:
-            result = phase(target, memory, rate, args.duration, pids)
-            print(row("fixed", result), flush=True)
-            notes.append(note(result))
+            result = measure(h2load_bin, services.grpc_addr, body, rate, args.duration, pids, args, services)
+            results.append(result)
+            print(line("service", result), flush=True)
+            if not args.no_floors:
+                for label, io in (("floor: canned", None), ("floor: I/O only", services)):
+                    with floor_server(response, io, args) as (addr, pid):
+                        floor_pids = {"service": pid, "stand-in": pids["stand-in"], "redis": pids["redis"]}
+                        measure(h2load_bin, addr, body, 100.0, 3.0, floor_pids, args)  # warm-up
+                        floor = measure(h2load_bin, addr, body, rate, args.duration, floor_pids, args)
+                    ratio = result["cpu_ms_per_call"]["service"] / max(1e-9, floor["cpu_ms_per_call"]["service"])
+                    print(line(label, floor) + f"   service / floor = {ratio:.2f}", flush=True)
         best, rate = 0.0, args.step_from
         while not args.no_step:
-            result = phase(target, memory, rate, args.step_duration, pids)
-            print(row("step", result), flush=True)
-            notes.append(note(result))
-            if not passed(result):
+            result = measure(h2load_bin, services.grpc_addr, body, rate, args.duration, pids, args, services)
+            print(line("step", result), flush=True)
+            if not passed(result, STREAMS_PER_CONNECTION * args.connections):
                 break
             best, rate = rate, rate + args.step
-        print("\n".join(notes))
         if not args.no_step:
-            print(f"max sustainable rate (p99 < {P99_LIMIT_MS:.0f} ms, 0 errors): {best:.0f} req/s")
+            print(f"highest rate with p99 < {P99_LIMIT_MS:.0f} ms and no errors: {best:.0f} req/s")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@ HTTP when ``memory_base_url`` is set, the embedded file otherwise. Clients are a
 providers: they open when the application is opened and close in ``Application.close()``; only
 the selected backends are ever opened. Tests swap a provider with ``.override(...)`` on the
 container returned by ``build_container`` before passing it to ``open_application``.
+
+Tracing (``observability.tracing``) is opened by ``open_application`` from the settings, beside
+the container: when it is on, the use case's stage spans go through ``adapters.otel_tracing``
+(the ``stage_tracer`` provider, the port's null tracer otherwise), and ``Application.close()``
+flushes it last, with a bounded wait.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from adapters.embedded.directive_store import EmbeddedDirectiveStore
 from adapters.embedded.memory_store import EmbeddedMemoryStore
 from adapters.json_model_catalog import JsonModelCatalog
 from adapters.memory_http import HttpMemorySource
+from adapters.otel_tracing import OpenTelemetryStages
 from adapters.redis_directive_store import RedisDirectiveStore
 from adapters.secrets_nonce_source import SecretsNonceSource
 from adapters.text_profiles import CachedTextProfiles
@@ -32,11 +38,13 @@ from domain.usecases.assemble_context import AssembleContext, AssemblyConfig
 from domain.usecases.record_feedback import FeedbackConfig, RecordMemoryFeedback
 from domain.usecases.search_memories import SearchConfig, SearchMemories
 from entrypoints.observability.metrics import ServiceMetrics
+from entrypoints.observability.tracing import Tracing, open_tracing
 from entrypoints.settings import Settings
 from domain.model.memory import HotQuery, SearchQuery
 from ports.directive_store import DirectiveStore
 from ports.memory_source import MemorySource
 from ports.model_catalog import ModelCatalog
+from ports.tracing import NO_TRACER
 
 
 WARM_UP_TIMEOUT_S = 2.0
@@ -112,6 +120,7 @@ class Adapters(containers.DeclarativeContainer):
     )
     catalog = providers.Singleton(load_catalog, path=config.catalog_path)
     counters = providers.Resource(open_token_counters)
+    stage_tracer = providers.Object(NO_TRACER)  # open_application: OpenTelemetryStages when tracing is on
 
 
 class UseCases(containers.DeclarativeContainer):
@@ -127,6 +136,7 @@ class UseCases(containers.DeclarativeContainer):
         clock=adapters.clock,
         nonces=adapters.nonces,
         profiles=adapters.text_profiles,
+        tracer=adapters.stage_tracer,
         config=providers.Factory(
             AssemblyConfig,
             wall_s=config.wall_s,
@@ -218,11 +228,15 @@ class Application:
     catalog: ModelCatalog
     metrics: ServiceMetrics
     container: ApplicationContainer = attrs.field(repr=False)
+    tracing: Tracing = attrs.field(factory=Tracing, repr=False)
 
     async def close(self) -> None:
-        result = self.container.shutdown_resources()
-        if result is not None:
-            await result
+        try:
+            result = self.container.shutdown_resources()
+            if result is not None:
+                await result
+        finally:
+            await self.tracing.close()  # last: the spans of the final calls are flushed (bounded)
 
 
 async def open_application(settings: Settings, container: ApplicationContainer | None = None) -> Application:
@@ -232,6 +246,10 @@ async def open_application(settings: Settings, container: ApplicationContainer |
         StartupError: a backend could not be opened (one line naming the variable).
     """
     container = container or build_container(settings)
+    metrics = container.metrics()
+    tracing = open_tracing(settings, on_drop=metrics.trace_span_dropped, on_export=metrics.trace_export)
+    if tracing.tracer is not None:
+        container.adapters.stage_tracer.override(providers.Object(OpenTelemetryStages(tracing.tracer)))
     try:
         assemble = await _resolved(container.usecases.assemble())
         search = await _resolved(container.usecases.search())
@@ -242,8 +260,9 @@ async def open_application(settings: Settings, container: ApplicationContainer |
         result = container.shutdown_resources()
         if result is not None:
             await result
+        await tracing.close()
         raise
-    return Application(settings, assemble, search, feedback, catalog, container.metrics(), container)
+    return Application(settings, assemble, search, feedback, catalog, metrics, container, tracing)
 
 
 async def warm_up(directives: DirectiveStore, memories: MemorySource) -> None:

@@ -6,6 +6,10 @@ Requests: ``GET /v1/memories/hot`` (agent_id, limit, min_confidence), ``POST /v1
 with ``Idempotency-Key``. Headers: ``Authorization: Bearer <token>``, ``Accept: application/json``,
 and the correlation ids ``X-Request-ID`` / ``X-Trace-ID`` when set (only visible ASCII, at most 128
 characters; other values are not sent rather than failing the call). The org comes from the token.
+Trace context: when a span is current (the branch's stage span, or the caller's context that the
+edge attached), every request carries it in the fields of the configured propagators (W3C
+``traceparent``/``tracestate`` by default, through ``opentelemetry.propagate``: the API only, no
+SDK), so the memory service's spans join the caller's trace.
 
 Status mapping: 2xx -> decoded; 401/403 -> MemorySourceDeniedError; 404 on feedback ->
 MemoryNotFoundError; any other status >= 300 -> MemorySourceUnavailableError. All carry
@@ -21,6 +25,8 @@ import json
 import re
 import uuid
 from urllib.parse import urlsplit
+
+from opentelemetry import propagate, trace
 
 from adapters.memory_http.decode import decode_batch, decode_feedback, error_code
 from adapters.memory_http.exchange import PooledExchange, Reply, Request
@@ -120,15 +126,19 @@ class HttpMemorySource(MemorySource, FeedbackSink):
         return self._exchange.in_flight
 
     def _headers(self, call: CallContext, *, json_body: bool = False) -> dict[str, str]:
-        """The request headers; the shared prepared dict when there are no correlation ids (read-only)."""
+        """The request headers; the shared prepared dict when there are no correlation ids and no
+        current trace context (read-only)."""
         prepared = self._json_headers if json_body else self._plain_headers
-        if not (call.request_id or call.trace_id):
+        traced = trace.get_current_span().get_span_context().is_valid
+        if not (call.request_id or call.trace_id or traced):
             return prepared
         headers = dict(prepared)
         if _HEADER_VALUE.fullmatch(call.request_id):
             headers["X-Request-ID"] = call.request_id
         if _HEADER_VALUE.fullmatch(call.trace_id):
             headers["X-Trace-ID"] = call.trace_id
+        if traced:
+            propagate.inject(headers)
         return headers
 
 

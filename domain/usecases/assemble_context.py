@@ -11,6 +11,11 @@ Business rules:
 - The packer charges each memory its whole wrapped element plus its separator and never exceeds
   the usable budget; the final text is counted with the model's counter and memories are dropped
   (lowest score first) in the unexpected case it would exceed window - reserve - safety.
+
+Tracing (``ports.tracing``): one stage span per retrieval branch (``retrieval.py``), then
+``budget``, ``screening`` (scoring and the schema's gates), ``packing`` (pricing and the packer:
+path, evaluated, included), ``formatting`` and ``final_count``; attributes are counts, paths and
+token figures, never a memory's content, the query or the directive.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from ports.model_catalog import ModelCatalog
 from ports.nonce_source import NonceSource
 from ports.text_profiles import TextProfiles
 from ports.token_counter import TokenCounter, TokenCounters
+from ports.tracing import NO_TRACER, StageSpan, Tracer
 
 _BLANK_QUERY = "blank_query"
 
@@ -95,8 +101,10 @@ class AssembleContext:
         nonces: NonceSource,
         config: AssemblyConfig = AssemblyConfig(),
         profiles: TextProfiles = UncachedTextProfiles(),
+        tracer: Tracer = NO_TRACER,
     ) -> None:
-        self._retriever = Retriever(directives, memories, clock)
+        self._retriever = Retriever(directives, memories, clock, tracer)
+        self._tracer = tracer
         self._catalog = catalog
         self._counters = counters
         self._clock = clock
@@ -113,18 +121,25 @@ class AssembleContext:
         retrieval = await self._retriever.retrieve(self._plan(request))
         level = degradation_level(retrieval)
 
+        tracer = self._tracer
         mark = self._clock.monotonic()
         nonce = self._nonces.new_nonce(self._config.nonce_bytes)
         directive = retrieval.directive.content if retrieval.directive else ""
-        budget = calculate_budget(
-            BudgetRequest(spec, family, nonce, directive, request.recent_messages, request.tool_schemas, request.available_tokens),
-            counter,
-        )
+        with tracer.stage("budget") as span:
+            budget = calculate_budget(
+                BudgetRequest(spec, family, nonce, directive, request.recent_messages, request.tool_schemas, request.available_tokens),
+                counter,
+            )
+            _describe_budget(span, budget)
         budget_ms, mark = self._lap(mark)
-        pool = self._pool(request, retrieval, level)
+        with tracer.stage("screening") as span:
+            pool = self._pool(request, retrieval, level)
+            _describe_pool(span, pool)
         ranking_ms, mark = self._lap(mark)
         await _let_others_run()
-        priced = self._pack(pool, budget, counter, nonce)
+        with tracer.stage("packing") as span:
+            priced = self._pack(pool, budget, counter, nonce)
+            _describe_packing(span, priced[1])
         packing_ms, mark = self._lap(mark)
         await _let_others_run()
         packed = self._format(request, pool, budget, counter, nonce, directive, priced)
@@ -169,23 +184,27 @@ class AssembleContext:
         items = [PackItem(key=c.memory_id, score=c.score, cost=cost) for c, cost in zip(ranked, costs, strict=True)]
         return costs, pack(items, budget.usable_budget)
 
-    @staticmethod
     def _format(
-        request: AssembleRequest, pool: CandidatePool, budget: TokenBudget, counter: TokenCounter,
+        self, request: AssembleRequest, pool: CandidatePool, budget: TokenBudget, counter: TokenCounter,
         nonce: str, directive: str, priced: tuple[tuple[int, ...], PackResult],
     ) -> _Packed:
         costs, result = priced
         chosen = set(result.selected)
         selected = [c for c in pool.ranked if c.memory_id in chosen]
+        tracer = self._tracer
         while True:
-            formatted = format_context(
-                FormatRequest(
-                    nonce=nonce, directive=directive, messages=request.recent_messages,
-                    memories=[FormattableMemory(c.memory_id, c.hit.category, c.hit.content) for c in selected],
-                    tool_schemas=request.tool_schemas,
-                ),
-            )
-            tokens_used = counter.count_joined(formatted.parts)
+            with tracer.stage("formatting") as span:
+                formatted = format_context(
+                    FormatRequest(
+                        nonce=nonce, directive=directive, messages=request.recent_messages,
+                        memories=[FormattableMemory(c.memory_id, c.hit.category, c.hit.content) for c in selected],
+                        tool_schemas=request.tool_schemas,
+                    ),
+                )
+                span.set_attributes({"ibex.format.memories": len(selected)})
+            with tracer.stage("final_count") as span:
+                tokens_used = counter.count_joined(formatted.parts)
+                span.set_attributes({"ibex.count.tokens_used": tokens_used})
             if tokens_used <= budget.prompt_limit or not selected:
                 break
             selected.pop()  # the lowest score is last in canonical order
@@ -233,6 +252,24 @@ class AssembleContext:
             trace_id=request.trace_id,
             span_id=request.span_id,
         )
+
+
+def _describe_budget(span: StageSpan, budget: TokenBudget) -> None:
+    span.set_attributes({"ibex.budget.usable": budget.usable_budget, "ibex.budget.prompt_limit": budget.prompt_limit})
+
+
+def _describe_pool(span: StageSpan, pool: CandidatePool) -> None:
+    attributes = {"ibex.screening.ranked": len(pool.ranked), "ibex.screening.excluded": len(pool.explained)}
+    if pool.fenced:
+        attributes["ibex.screening.fenced"] = pool.fenced
+    if pool.malformed:
+        attributes["ibex.screening.malformed"] = pool.malformed
+    span.set_attributes(attributes)
+
+
+def _describe_packing(span: StageSpan, result: PackResult) -> None:
+    span.set_attributes({"ibex.packing.path": result.path, "ibex.packing.evaluated": result.evaluated,
+                         "ibex.packing.included": len(result.selected)})
 
 
 async def _let_others_run() -> None:

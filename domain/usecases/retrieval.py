@@ -4,6 +4,10 @@ Each branch has its own timeout; all three run under one outer wall. Branches st
 the wall are cancelled (outcome ``timeout``, detail ``outer_deadline``); completed ones are kept.
 A branch never raises: its failure becomes an outcome (``timeout``, ``error``, ``denied``) with a
 detail, and ``skipped`` when the request asked not to run it or there is nothing to search for.
+
+Each branch, skipped ones included, is one stage span (``retrieval.<branch>``, the tracing port)
+with its outcome, detail, latency, timeout and candidate counts. A branch's span is current while
+its source call runs, so the memory-service request carries it as its parent.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from ports.errors import (
     MemorySourceTimeoutError,
 )
 from ports.memory_source import MemorySource
+from ports.tracing import NO_TRACER, StageSpan, Tracer
 
 BRANCH_DIRECTIVE = "directive"
 BRANCH_HOT = "hot"
@@ -76,14 +81,19 @@ class _BranchResult:
 class Retriever:
     """Runs the three branches of one assembly against the directive store and memory source."""
 
-    def __init__(self, directives: DirectiveStore, memories: MemorySource, clock: Clock) -> None:
+    def __init__(self, directives: DirectiveStore, memories: MemorySource, clock: Clock,
+                 tracer: Tracer = NO_TRACER) -> None:
         self._directives = directives
         self._memories = memories
         self._clock = clock
+        self._tracer = tracer
 
     async def retrieve(self, plan: RetrievalPlan) -> RetrievalOutcome:
         started = self._clock.monotonic()
         skipped = self._skipped(plan)
+        for result in skipped.values():
+            with self._tracer.stage(stage_name(result.status.name)) as span:
+                describe_branch(span, result.status, None, 0.0)
         tasks = {
             name: asyncio.ensure_future(self._run(name, factory, timeout_s))
             for name, factory, timeout_s in self._branches(plan)
@@ -132,6 +142,18 @@ class Retriever:
         return skipped
 
     async def _run(self, name: str, factory: Callable[[], Awaitable[Any]], timeout_s: float) -> _BranchResult:
+        with self._tracer.stage(stage_name(name)) as span:
+            started = self._clock.monotonic()
+            try:
+                result = await self._attempt(name, factory, timeout_s)
+            except asyncio.CancelledError:  # the outer wall: ``_collect`` reports it the same way
+                latency_ms = (self._clock.monotonic() - started) * 1000.0
+                describe_branch(span, BranchStatus(name, OUTCOME_TIMEOUT, latency_ms, "outer_deadline"), None, timeout_s)
+                raise
+            describe_branch(span, result.status, result.value, timeout_s)
+            return result
+
+    async def _attempt(self, name: str, factory: Callable[[], Awaitable[Any]], timeout_s: float) -> _BranchResult:
         started = self._clock.monotonic()
 
         def status(outcome: str, detail: str = "") -> BranchStatus:
@@ -158,3 +180,25 @@ class Retriever:
         if task.done() and not task.cancelled():
             return task.result()
         return _BranchResult(BranchStatus(name, OUTCOME_TIMEOUT, wall_ms, "outer_deadline"))
+
+
+def stage_name(branch: str) -> str:
+    """The stage span of a branch: ``retrieval.directive``, ``retrieval.hot``, ``retrieval.cold``."""
+    return f"retrieval.{branch}"
+
+
+def describe_branch(span: StageSpan, status: BranchStatus, value: Any, timeout_s: float) -> None:
+    """A branch's outcome as span attributes: counts and statuses only, never the texts."""
+    attributes: dict[str, str | float | int] = {
+        "ibex.branch.outcome": status.outcome, "ibex.branch.latency_ms": status.latency_ms,
+        "ibex.branch.timeout_ms": timeout_s * 1000.0,
+    }
+    if status.detail:
+        attributes["ibex.branch.detail"] = status.detail
+    if isinstance(value, MemoryBatch):
+        attributes["ibex.branch.candidates"] = len(value.hits)
+        if value.dropped:
+            attributes["ibex.branch.dropped"] = len(value.dropped)
+    elif status.name == BRANCH_DIRECTIVE and status.outcome == OUTCOME_SUCCESS:
+        attributes["ibex.branch.candidates"] = int(value is not None)  # a directive found, or none
+    span.set_attributes(attributes)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from entrypoints.auth.binding import Tenant, bind_request, unauthenticated_tenant
 from entrypoints.auth.errors import AuthError
 from entrypoints.auth.failures import FailureCallback, report_failure
 from entrypoints.auth.principal import VerifiedPrincipal
-from entrypoints.auth.proof import KeyLookup, verify_proof
+from entrypoints.auth.proof import DEFAULT_MAX_LIFETIME, KeyLookup, verify_proof
 
 
 def utc_now() -> datetime:
@@ -21,13 +21,18 @@ class PrincipalAuthenticator:
 
     With ``keyring`` None (``IBEX_CONTEXT_PRINCIPAL_KEYS`` empty) the signed-principal mode is off:
     proofs are not read, ``verify`` returns None and ``bind`` returns the request's own ids.
+    ``max_lifetime`` is the longest validity window a proof may have
+    (``IBEX_CONTEXT_PRINCIPAL_MAX_LIFETIME``).
     """
 
     def __init__(self, keyring: KeyLookup | None, *, now: Callable[[], datetime] = utc_now,
-                 on_failure: FailureCallback | None = None) -> None:
+                 on_failure: FailureCallback | None = None, max_lifetime: timedelta = DEFAULT_MAX_LIFETIME) -> None:
+        if max_lifetime <= timedelta(0):
+            raise ValueError("max_lifetime must be > 0")
         self._keyring = keyring
         self._now = now
         self._on_failure = on_failure
+        self._max_lifetime = max_lifetime
 
     @property
     def enabled(self) -> bool:
@@ -38,7 +43,7 @@ class PrincipalAuthenticator:
         if self._keyring is None:
             return None
         try:
-            return verify_proof(raw, self._keyring, self._now())
+            return verify_proof(raw, self._keyring, self._now(), self._max_lifetime)
         except AuthError as exc:
             raise self.reported(exc) from None
 

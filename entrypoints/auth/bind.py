@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from entrypoints.settings import is_loopback
+from entrypoints.settings import not_loopback_reason
 
 
 class InsecureBindError(RuntimeError):
@@ -23,15 +23,18 @@ def bind_guard(addr: str, has_auth: bool, allow_insecure: bool) -> str | None:
     Raises:
         InsecureBindError: a non-loopback bind with no authentication and no override.
     """
-    if has_auth or is_loopback(addr):
+    if has_auth:
+        return None
+    reason = not_loopback_reason(addr)  # an IP address as parsed; a host name by every address it resolves to
+    if reason is None:
         return None
     if not allow_insecure:
         raise InsecureBindError(
-            f"refusing to bind {addr}: a non-loopback address needs caller authentication "
+            f"refusing to bind {addr}: {reason}; a non-loopback address needs caller authentication "
             "(IBEX_CONTEXT_TLS_CLIENT_CA for mTLS and/or IBEX_CONTEXT_PRINCIPAL_KEYS for signed principals); "
             "set IBEX_CONTEXT_ALLOW_INSECURE_BIND=true to accept unauthenticated callers"
         )
     return (
-        f"insecure bind: {addr} is not a loopback address and no caller authentication is configured "
+        f"insecure bind: {addr} is not a loopback address ({reason}) and no caller authentication is configured "
         "(IBEX_CONTEXT_ALLOW_INSECURE_BIND=true); request org_id/agent_id are trusted as sent"
     )

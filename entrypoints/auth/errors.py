@@ -22,6 +22,8 @@ REASONS: dict[str, tuple[str, str]] = {
     "missing_expiry": (UNAUTHENTICATED, "the principal context has no expires_at"),
     "missing_issued_at": (UNAUTHENTICATED, "the principal context has no issued_at"),
     "invalid_validity": (UNAUTHENTICATED, "expires_at is not after issued_at"),
+    "lifetime_too_long": (UNAUTHENTICATED, "expires_at - issued_at exceeds the maximum proof lifetime "
+                                           "(IBEX_CONTEXT_PRINCIPAL_MAX_LIFETIME)"),
     "not_yet_valid": (UNAUTHENTICATED, "issued_at is in the future"),
     "expired": (UNAUTHENTICATED, "the principal context has expired"),
     "invalid_principal": (UNAUTHENTICATED, "the principal's org_id or agent_id is not a UUID"),

@@ -2,17 +2,26 @@
 
 Servicer use (every RPC, before validation or any use case)::
 
-    tenant = await authenticator.admit(context, org_id=request.org_id, agent_id=request.agent_id)
-    # RecordMemoryFeedback: agent_id omitted (org-scoped). On failure admit() aborts the call with
-    # UNAUTHENTICATED or PERMISSION_DENIED and the reason; it never returns.
-    ... use case(org_id=tenant.org_id, agent_id=tenant.agent_id, ...)
+    principal = authenticator.authenticate(context.invocation_metadata())  # metadata only: the
+    # body need not be read yet (the production servicer refuses before decoding it)
+    tenant = authenticator.authorize(principal, org_id=request.org_id, agent_id=request.agent_id)
+    # RecordMemoryFeedback: agent_id omitted (org-scoped). Both raise AuthError; answer it with
+    # set_auth_status(context, error) and return an empty response.
+
+or, in one step, ``tenant = await authenticator.admit(context, org_id=..., agent_id=...)``, which
+sets the status itself and returns None on failure (the handler then returns).
+
+Never ``context.abort`` a failed call: grpc.aio keeps the AbortError on the call's state and its
+traceback holds the handler's frames, so the call state, the frames and the request they hold
+form a reference cycle that lives until a full garbage collection. Setting the code and details
+and returning leaves nothing behind (``tests/e2e/test_grpc_hostile.py`` checks it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import datetime
-from typing import Any, NoReturn
+from datetime import datetime, timedelta
+from typing import Any
 
 import grpc
 
@@ -22,11 +31,11 @@ from entrypoints.auth.binding import Tenant
 from entrypoints.auth.errors import PERMISSION_DENIED, AuthError
 from entrypoints.auth.failures import FailureCallback
 from entrypoints.auth.principal import VerifiedPrincipal
-from entrypoints.auth.proof import PROOF_METADATA_KEY, KeyLookup
+from entrypoints.auth.proof import DEFAULT_MAX_LIFETIME, PROOF_METADATA_KEY, KeyLookup
 from entrypoints.auth.tls import load_tls_material
 
 __all__ = ("GrpcAuthenticator", "InsecureBindError", "bind_guard", "grpc_status", "proof_from_metadata",
-           "server_credentials")
+           "server_credentials", "set_auth_status")
 
 
 def grpc_status(error: AuthError) -> grpc.StatusCode:
@@ -54,8 +63,8 @@ class GrpcAuthenticator:
     """Signed-principal authentication and request binding for gRPC calls; failures are counted."""
 
     def __init__(self, keyring: KeyLookup | None, *, now: Callable[[], datetime] = utc_now,
-                 on_failure: FailureCallback | None = None) -> None:
-        self._core = PrincipalAuthenticator(keyring, now=now, on_failure=on_failure)
+                 on_failure: FailureCallback | None = None, max_lifetime: timedelta = DEFAULT_MAX_LIFETIME) -> None:
+        self._core = PrincipalAuthenticator(keyring, now=now, on_failure=on_failure, max_lifetime=max_lifetime)
 
     @property
     def enabled(self) -> bool:
@@ -79,19 +88,24 @@ class GrpcAuthenticator:
         """Bind the request's ids to the principal. Raises AuthError code ``permission_denied``."""
         return self._core.bind(principal, org_id=org_id, agent_id=agent_id)
 
-    async def admit(self, context: grpc.aio.ServicerContext, *, org_id: str, agent_id: str | None = None) -> Tenant:
-        """``authenticate`` then ``authorize``; on AuthError aborts the call with its status and reason."""
+    async def admit(self, context: grpc.aio.ServicerContext, *, org_id: str,
+                    agent_id: str | None = None) -> Tenant | None:
+        """``authenticate`` then ``authorize``; on AuthError sets the call's status and returns None.
+
+        The handler must then return (any response: grpc discards it for a non-OK status).
+        """
         try:
             principal = self.authenticate(context.invocation_metadata())
             return self.authorize(principal, org_id=org_id, agent_id=agent_id)
         except AuthError as exc:
-            await abort_with(context, exc)
+            set_auth_status(context, exc)
+            return None
 
 
-async def abort_with(context: grpc.aio.ServicerContext, error: AuthError) -> NoReturn:
-    """Abort the call with the error's status code and ``"<reason>: <description>"`` as details."""
-    await context.abort(grpc_status(error), error.detail)
-    raise AssertionError("context.abort returned")  # grpc.aio's abort always raises
+def set_auth_status(context: grpc.aio.ServicerContext, error: AuthError) -> None:
+    """Set the error's status code and ``"<reason>: <description>"`` as the call's details (no abort)."""
+    context.set_code(grpc_status(error))
+    context.set_details(error.detail)
 
 
 def server_credentials(tls_cert: str, tls_key: str, tls_client_ca: str = "") -> grpc.ServerCredentials | None:

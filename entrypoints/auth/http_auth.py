@@ -14,7 +14,7 @@ import base64
 import binascii
 import ssl
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from entrypoints.auth.authenticator import PrincipalAuthenticator, utc_now
@@ -22,7 +22,7 @@ from entrypoints.auth.binding import Tenant
 from entrypoints.auth.errors import PERMISSION_DENIED, AuthError
 from entrypoints.auth.failures import FailureCallback
 from entrypoints.auth.principal import VerifiedPrincipal
-from entrypoints.auth.proof import KeyLookup
+from entrypoints.auth.proof import DEFAULT_MAX_LIFETIME, KeyLookup
 from entrypoints.auth.tls import load_tls_material
 
 PROOF_HEADER = "X-Ibex-Principal-Proof"
@@ -73,8 +73,8 @@ class HttpAuthenticator:
     """Signed-principal authentication and request binding for HTTP requests; failures are counted."""
 
     def __init__(self, keyring: KeyLookup | None, *, now: Callable[[], datetime] = utc_now,
-                 on_failure: FailureCallback | None = None) -> None:
-        self._core = PrincipalAuthenticator(keyring, now=now, on_failure=on_failure)
+                 on_failure: FailureCallback | None = None, max_lifetime: timedelta = DEFAULT_MAX_LIFETIME) -> None:
+        self._core = PrincipalAuthenticator(keyring, now=now, on_failure=on_failure, max_lifetime=max_lifetime)
 
     @property
     def enabled(self) -> bool:

@@ -22,6 +22,10 @@ from entrypoints.auth.principal import VerifiedPrincipal, datetime_nanos, timest
 
 PROOF_METADATA_KEY = "ibex-principal-proof-bin"
 CLOCK_SKEW = timedelta(seconds=30)
+# The longest validity window (expires_at - issued_at) accepted; IBEX_CONTEXT_PRINCIPAL_MAX_LIFETIME.
+# Proofs are minted per call (they carry request_id/trace_id) and the CLI's default is 300 s; with
+# no replay cache, this bounds how long a captured proof stays usable. docs/PRINCIPAL_PROOF.md.
+DEFAULT_MAX_LIFETIME = timedelta(hours=1)
 MAX_PROOF_BYTES = 8192
 _SKEW_NANOS = CLOCK_SKEW // timedelta(microseconds=1) * 1000
 
@@ -32,17 +36,20 @@ class KeyLookup(Protocol):
     def find(self, key_id: str) -> VerificationKey | None: ...
 
 
-def verify_proof(raw: bytes | None, keyring: KeyLookup, now: datetime) -> VerifiedPrincipal:
+def verify_proof(raw: bytes | None, keyring: KeyLookup, now: datetime,
+                 max_lifetime: timedelta = DEFAULT_MAX_LIFETIME) -> VerifiedPrincipal:
     """Verify a serialized proof and return the principal it vouches for.
 
     Checks, in order: presence and decoding, signature present, algorithm supported, key known,
-    algorithm equal to the key's, signature valid, then issued_at / expires_at against ``now``
-    with ``CLOCK_SKEW`` either way, then that the principal's ids are UUIDs.
+    algorithm equal to the key's, signature valid, then the validity window (expires_at after
+    issued_at, at most ``max_lifetime`` long), then issued_at / expires_at against ``now`` with
+    ``CLOCK_SKEW`` either way, then that the principal's ids are UUIDs.
 
     Args:
         raw: the proof bytes (None or empty when the caller sent none).
         keyring: where to find the key named by ``key_id``.
         now: the current time, timezone-aware.
+        max_lifetime: the longest ``expires_at - issued_at`` accepted.
 
     Raises:
         AuthError: code ``unauthenticated`` with one of the reasons in ``errors.REASONS``.
@@ -51,7 +58,7 @@ def verify_proof(raw: bytes | None, keyring: KeyLookup, now: datetime) -> Verifi
     key = _key_for(proof, keyring)
     if not key.verifies(proof.signature, proof.context.SerializeToString(deterministic=True)):
         raise AuthError("bad_signature")
-    _check_validity(proof.context, datetime_nanos(now))
+    _check_validity(proof.context, datetime_nanos(now), max_lifetime // timedelta(microseconds=1) * 1000)
     return VerifiedPrincipal.from_context(proof.context, key_id=key.key_id, algorithm=key.algorithm)
 
 
@@ -83,7 +90,7 @@ def _key_for(proof: pb.PrincipalContextProof, keyring: KeyLookup) -> Verificatio
     return key
 
 
-def _check_validity(context: pb.PrincipalContext, now_nanos: int) -> None:
+def _check_validity(context: pb.PrincipalContext, now_nanos: int, max_lifetime_nanos: int) -> None:
     if not context.HasField("expires_at"):
         raise AuthError("missing_expiry")
     if not context.HasField("issued_at"):
@@ -91,6 +98,8 @@ def _check_validity(context: pb.PrincipalContext, now_nanos: int) -> None:
     issued, expires = timestamp_nanos(context.issued_at), timestamp_nanos(context.expires_at)
     if expires <= issued:
         raise AuthError("invalid_validity")
+    if expires - issued > max_lifetime_nanos:
+        raise AuthError("lifetime_too_long")
     if issued > now_nanos + _SKEW_NANOS:
         raise AuthError("not_yet_valid")
     if expires + _SKEW_NANOS < now_nanos:

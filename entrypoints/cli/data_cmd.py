@@ -101,6 +101,8 @@ async def _memory_import(args: argparse.Namespace, stores: _Stores) -> int:
     progress = _ProgressLine(f"importing {args.file}")
     try:
         count = await stores.memories.import_jsonl(args.file, progress=progress)
+    except EmbeddedValidationError as exc:  # "FILE: line N: FIELD: problem", exit 2, nothing stored
+        raise CliError(f"{args.file}: {exc}" if exc.line is not None else str(exc)) from exc
     finally:
         progress.finish()
     print(f"imported {count} memories from {args.file}")

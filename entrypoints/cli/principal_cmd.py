@@ -1,6 +1,7 @@
 """``ibex-context principal``: mint, check and generate keys for signed principal proofs.
 
-- ``principal keygen --algorithm ed25519|hmac-sha256 --key-id K [--out-private F --out-public F]``
+- ``principal keygen --algorithm ed25519|hmac-sha256 --key-id K [--out-private F --out-verify F]``
+  (every file holding a secret is created 0600; an hmac-sha256 verification file holds the secret too)
 - ``principal sign --key-file PRIVATE --key-id K --org-id U [--agent-id U] [--ttl 300s] [--out F|-] [--base64]``
 - ``principal verify --key-file PUBLIC --proof F|- [--base64] [--at TIME]`` (exit 2 when rejected)
 """
@@ -22,7 +23,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from contracts.ibex.auth.v1 import principal_context_pb2 as pb
 from entrypoints.auth.errors import AuthError
-from entrypoints.auth.keyfile import ALGORITHMS, KeyFileError
+from entrypoints.auth.keyfile import ALGORITHMS, HMAC_SHA256, KeyFileError
 from entrypoints.auth.keys import load_verification_keys
 from entrypoints.auth.principal import canonical_uuid, datetime_nanos
 from entrypoints.auth.proof import sign_proof, verify_proof
@@ -32,6 +33,8 @@ from entrypoints.cli.errors import EXIT_BAD_INPUT, CliError
 _TTL = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
 _TTL_UNITS = {"ms": timedelta(milliseconds=1), "s": timedelta(seconds=1), "m": timedelta(minutes=1),
               "h": timedelta(hours=1)}
+SECRET_FILE_MODE = 0o600  # a signing key, or an hmac-sha256 secret (the verifier's file holds it too)
+PUBLIC_FILE_MODE = 0o644  # an ed25519 verification file: public keys only
 _TEXT_FIELDS = ("principal_id", "principal_type", "authority", "authz_snapshot_id", "authz_snapshot_digest",
                 "request_id", "trace_id", "source", "token_id")
 
@@ -48,8 +51,11 @@ def _register_keygen(actions: argparse._SubParsersAction) -> None:
     keygen = actions.add_parser("keygen", help="generate a private key file and its verification key file")
     keygen.add_argument("--algorithm", required=True, choices=ALGORITHMS)
     keygen.add_argument("--key-id", required=True)
-    keygen.add_argument("--out-private", help="write the private key file here (mode 0600; must not exist)")
-    keygen.add_argument("--out-public", help="write the verification key file here (must not exist)")
+    keygen.add_argument("--out-private", help="write the signing key file here (mode 0600; must not exist)")
+    keygen.add_argument("--out-verify", "--out-public", dest="out_verify",
+                        help="write the verification key file (IBEX_CONTEXT_PRINCIPAL_KEYS) here; must not exist. "
+                             "ed25519: the public key, mode 0644; hmac-sha256: the shared secret itself, mode 0600, "
+                             "and a name containing 'pub' is refused")
     keygen.set_defaults(handler=run_keygen)
 
 
@@ -79,16 +85,30 @@ def _register_verify(actions: argparse._SubParsersAction) -> None:
 
 
 def run_keygen(args: argparse.Namespace) -> int:
-    private, public = generate_key_files(args.algorithm, args.key_id)
-    if bool(args.out_private) != bool(args.out_public):
-        raise CliError("principal keygen: give both --out-private and --out-public, or neither")
+    if bool(args.out_private) != bool(args.out_verify):
+        raise CliError("principal keygen: give both --out-private and --out-verify, or neither")
+    shared_secret = args.algorithm == HMAC_SHA256
+    if shared_secret and args.out_verify and "pub" in Path(args.out_verify).name.lower():
+        raise CliError(f"--out-verify: {args.out_verify}: an hmac-sha256 verification key file holds the shared "
+                       "secret, so its name must not suggest a public key; choose e.g. proxy-hmac.secret.json")
+    private, verification = generate_key_files(args.algorithm, args.key_id)
     if not args.out_private:
         print(json.dumps(private))
-        print(json.dumps(public))
+        print(json.dumps(verification))
         return 0
-    _write_new(args.out_private, json.dumps(private, indent=2) + "\n", mode=0o600)
-    _write_new(args.out_public, json.dumps(public, indent=2) + "\n", mode=0o644)
-    print(f"wrote {args.out_private} (private) and {args.out_public} (for IBEX_CONTEXT_PRINCIPAL_KEYS)")
+    _write_new(args.out_private, json.dumps(private, indent=2) + "\n", mode=SECRET_FILE_MODE)
+    try:
+        _write_new(args.out_verify, json.dumps(verification, indent=2) + "\n",
+                   mode=SECRET_FILE_MODE if shared_secret else PUBLIC_FILE_MODE)
+    except CliError:
+        os.unlink(args.out_private)  # no half-generated key pair left behind
+        raise
+    if shared_secret:
+        print(f"wrote {args.out_private} (signing key) and {args.out_verify} (for IBEX_CONTEXT_PRINCIPAL_KEYS); "
+              "both hold the hmac-sha256 shared secret (mode 0600): keep both secret")
+    else:
+        print(f"wrote {args.out_private} (private signing key, mode 0600) and {args.out_verify} "
+              "(public verification key for IBEX_CONTEXT_PRINCIPAL_KEYS, mode 0644)")
     return 0
 
 
@@ -191,11 +211,29 @@ def _read_proof(source: str, *, as_base64: bool) -> bytes:
 
 
 def _write_new(path: str, text: str, *, mode: int) -> None:
+    """Create ``path`` (never an existing file or a symlink) and write ``text`` to it.
+
+    The file is created owner-only (0600) in the same ``open`` call, so it is never readable by
+    others even briefly whatever the umask, then set to exactly ``mode`` before anything is
+    written (0600 for a secret; 0644 only for an ed25519 public key). On a failed write the
+    partial file is removed.
+    """
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             SECRET_FILE_MODE)
     except FileExistsError:
         raise CliError(f"{path}: already exists; refusing to overwrite a key file") from None
     except OSError as exc:
         raise CliError(f"{path}: cannot create: {exc.strerror or exc}") from None
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    try:
+        os.fchmod(descriptor, mode)  # exact, whatever the umask took away
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            descriptor = -1
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        if descriptor >= 0:
+            os.close(descriptor)
+        os.unlink(path)
+        raise CliError(f"{path}: cannot write: {exc.strerror or exc}") from None

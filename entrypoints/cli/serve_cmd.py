@@ -2,8 +2,11 @@
 
 Prints one line per listener on stdout (``ibex-context: gRPC listening on 127.0.0.1:9092``,
 ``ibex-context: HTTP listening on http://127.0.0.1:9093``); logs are JSON lines on stderr at
-``IBEX_CONTEXT_LOG_LEVEL``. On SIGTERM/SIGINT: health NOT_SERVING, stop accepting, in-flight calls
-get ``--grace`` seconds (5 by default), then the backends' clients close and the exit code is 0.
+``IBEX_CONTEXT_LOG_LEVEL``. On SIGTERM/SIGINT: health NOT_SERVING (readiness 503) while calls are
+still served for ``IBEX_CONTEXT_DRAIN_DELAY`` (0 by default; clients and endpoints move away), then
+stop accepting, in-flight calls get ``--grace`` seconds (``IBEX_CONTEXT_SHUTDOWN_GRACE``, 5 s by
+default), then the backends' clients close and the exit code is 0. With ``IBEX_CONTEXT_HEALTH_ADDR``
+a third line announces the health-only listener (``ibex-context: gRPC health listening on ...``).
 A start-up failure (bad settings, refused or failed bind, a backend that cannot open) prints one
 line on stderr and exits with code 2.
 """
@@ -33,8 +36,9 @@ _log = logging.getLogger("ibex_context.serve")
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("serve", help="serve gRPC and the HTTP JSON API until SIGTERM/SIGINT")
     parser.add_argument("--no-http", action="store_true", help="serve gRPC only")
-    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, metavar="SECONDS",
-                        help="how long in-flight calls may run after a shutdown signal (default 5)")
+    parser.add_argument("--grace", type=float, default=None, metavar="SECONDS",
+                        help="how long in-flight calls may run after a shutdown signal "
+                             "(default: IBEX_CONTEXT_SHUTDOWN_GRACE, 5 s)")
     parser.add_argument("--reuse-port", action="store_true",
                         help="let several serve processes share the ports (SO_REUSEPORT); the kernel spreads connections")
     parser.set_defaults(handler=run)
@@ -42,10 +46,11 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env(os.environ)
-    if not args.grace >= 0:
+    grace_s = settings.shutdown_grace_ms / 1000.0 if args.grace is None else args.grace
+    if not grace_s >= 0:
         raise CliError(f"--grace: expected seconds >= 0, got {args.grace}")
     configure_logging(settings.log_level)
-    served = serve(settings, with_http=not args.no_http, grace_s=args.grace, reuse_port=args.reuse_port)
+    served = serve(settings, with_http=not args.no_http, grace_s=grace_s, reuse_port=args.reuse_port)
     return run_loop(served, settings.event_loop)
 
 
@@ -72,8 +77,9 @@ async def serve(settings: Settings, *, with_http: bool = True, grace_s: float = 
         await asyncio.wait({signalled, terminated}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         signalled.cancel()
-        _log.info("service_draining", extra={"grace_s": grace_s})
-        await service.shutdown(grace_s)
+        drain_delay_s = settings.drain_delay_ms / 1000.0 if stop.is_set() else 0.0  # not when gRPC ended by itself
+        _log.info("service_draining", extra={"grace_s": grace_s, "drain_delay_s": drain_delay_s})
+        await service.shutdown(grace_s, drain_delay_s)
         await asyncio.gather(signalled, terminated, return_exceptions=True)
         for sig in _SIGNALS:
             loop.remove_signal_handler(sig)
@@ -83,6 +89,8 @@ async def serve(settings: Settings, *, with_http: bool = True, grace_s: float = 
 
 def _announce(service: RunningService, settings: Settings) -> None:
     print(f"ibex-context: gRPC listening on {service.grpc_address}", flush=True)
+    if service.grpc.health_address:
+        print(f"ibex-context: gRPC health listening on {service.grpc.health_address}", flush=True)
     if service.http is not None:
         print(f"ibex-context: HTTP listening on {service.http.url}", flush=True)
     _log.info("service_started", extra={

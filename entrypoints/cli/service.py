@@ -3,8 +3,9 @@
 ``start_service`` opens the backends, builds caller authentication from the settings (signed
 principal keys, TLS / mTLS), starts gRPC and, unless disabled, the HTTP API (uvicorn in the same
 loop, on a socket bound here so that a port in use is a clear start-up error). ``shutdown`` is
-the graceful path: health and readiness turn NOT_SERVING, both edges stop accepting, in-flight
-calls get ``grace_s`` to finish, then the backends' clients are closed.
+the graceful path: health and readiness turn NOT_SERVING while both edges still serve for
+``drain_delay_s`` (so that load balancers and health-checking clients move away first), then both
+edges stop accepting, in-flight calls get ``grace_s`` to finish, then the backends' clients close.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from datetime import timedelta
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -24,9 +26,12 @@ from entrypoints.auth.grpc_auth import GrpcAuthenticator, server_credentials
 from entrypoints.auth.http_auth import HttpAuthenticator, uvicorn_ssl_options
 from entrypoints.auth.keys import KeyRing, keyring_from_setting
 from entrypoints.containers import Application, ApplicationContainer, StartupError, open_application
-from entrypoints.grpc_api.server import DEFAULT_GRACE_S, GrpcServer, ServerStartError, build_server
+from entrypoints.grpc_api.server import (
+    DEFAULT_GRACE_S, GrpcServer, ServerStartError, build_server, connection_age_options,
+)
 from entrypoints.grpc_api.servicer import ContextAssemblyServicer
-from entrypoints.http_api.app import make_app
+from entrypoints.http_api.app import count_connection_errors, make_app
+from entrypoints.http_api.protocol import guarded_protocol
 from entrypoints.settings import Settings
 
 HTTP_STARTUP_TIMEOUT_S = 10.0
@@ -64,18 +69,27 @@ class RunningService:
     def ready(self) -> bool:
         return not self.draining
 
-    async def shutdown(self, grace_s: float = DEFAULT_GRACE_S) -> None:
-        """Drain both edges (in-flight calls get ``grace_s``), then close the backends. Idempotent."""
+    async def shutdown(self, grace_s: float = DEFAULT_GRACE_S, drain_delay_s: float = 0.0) -> None:
+        """NOT_SERVING, ``drain_delay_s`` still serving, then drain both edges (in-flight calls get
+        ``grace_s``), then close the backends. Idempotent."""
         if self.draining:
             return
-        self.draining = True
+        self.draining = True  # /readyz answers 503 from here
         try:
+            await self.grpc.not_serving()
+            if drain_delay_s > 0:
+                await drain_pause(drain_delay_s)
             stops = [self.grpc.drain(grace_s)]
             if self.http is not None:
                 stops.append(self.http.stop())
             await asyncio.gather(*stops)
         finally:
             await self.app.close()
+
+
+async def drain_pause(seconds: float) -> None:
+    """The drain delay: calls are still served while health reports NOT_SERVING (a seam for tests)."""
+    await asyncio.sleep(seconds)
 
 
 async def start_service(
@@ -92,15 +106,21 @@ async def start_service(
     app = await open_application(settings, container)
     service: RunningService | None = None
     try:
-        authenticator = GrpcAuthenticator(keyring, on_failure=app.metrics.auth_failure) if keyring else None
+        authenticator = GrpcAuthenticator(keyring, on_failure=app.metrics.auth_failure,
+                                          max_lifetime=principal_max_lifetime(settings)) if keyring else None
         servicer = ContextAssemblyServicer(
             assemble=app.assemble, search=app.search, feedback=app.feedback, metrics=app.metrics,
             authenticator=authenticator, deadline_headroom_s=settings.deadline_headroom_ms / 1000.0,
+            tracing=app.tracing.edge,
         )
         grpc_server, port = build_server(
             servicer, settings.grpc_addr, has_auth=settings.has_auth,
             allow_insecure_bind=settings.allow_insecure_bind, credentials=credentials, reuse_port=reuse_port,
+            extra_options=connection_age_options(settings.max_connection_age_ms / 1000.0,
+                                                 settings.max_connection_age_grace_ms / 1000.0),
         )
+        if settings.health_addr:  # no bind guard: it answers health statuses only, never tenant data
+            grpc_server.add_health_listener(settings.health_addr)
         service = RunningService(app, grpc_server, with_port(settings.grpc_addr, port))
         if with_http:
             service.http = await _start_http(settings, app, service, keyring, grace_s, reuse_port)
@@ -113,6 +133,11 @@ async def start_service(
             raise StartupError(str(exc)) from None
         raise
     return service
+
+
+def principal_max_lifetime(settings: Settings) -> timedelta:
+    """``IBEX_CONTEXT_PRINCIPAL_MAX_LIFETIME``: the longest validity window a principal proof may have."""
+    return timedelta(milliseconds=settings.principal_max_lifetime_ms)
 
 
 def _check_binds(settings: Settings, with_http: bool) -> None:
@@ -138,12 +163,17 @@ async def _start_http(settings: Settings, app: Application, service: RunningServ
     warning = bind_guard(settings.http_addr, settings.has_auth, settings.allow_insecure_bind)
     if warning:
         _log.warning("http_insecure_bind", extra={"addr": settings.http_addr, "detail": warning})
-    authenticate = HttpAuthenticator(keyring, on_failure=app.metrics.auth_failure).authenticate if keyring else None
+    authenticate = HttpAuthenticator(keyring, on_failure=app.metrics.auth_failure,
+                                     max_lifetime=principal_max_lifetime(settings)).authenticate if keyring else None
+    read_timeout_s = settings.http_read_timeout_ms / 1000.0
     asgi = make_app(assemble=app.assemble, search=app.search, feedback=app.feedback, metrics=app.metrics,
-                    readiness=service.ready, authenticate=authenticate)
+                    readiness=service.ready, authenticate=authenticate, read_timeout_s=read_timeout_s,
+                    tracing=app.tracing.edge)
+    protocol = guarded_protocol(read_timeout_s=read_timeout_s, max_connections=settings.http_max_connections,
+                                on_error=count_connection_errors(app.metrics))
     ssl = uvicorn_ssl_options(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
     sock = bind_socket(settings.http_addr, reuse_port=reuse_port)
-    config = uvicorn.Config(asgi, log_config=None, access_log=False, lifespan="off",
+    config = uvicorn.Config(asgi, log_config=None, access_log=False, lifespan="off", http=protocol,
                             timeout_graceful_shutdown=max(1, round(grace_s)), **ssl)
     server = _EmbeddedUvicorn(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -2,7 +2,10 @@
 
 | failure                                   | status                                         |
 |-------------------------------------------|------------------------------------------------|
-| InvalidRequestError                       | INVALID_ARGUMENT, message names the field      |
+| AuthError (caller authentication)         | UNAUTHENTICATED / PERMISSION_DENIED,           |
+|                                           | "<reason>: <description>"                      |
+| InvalidRequestError (also undecodable     | INVALID_ARGUMENT, message names the field      |
+| bytes: field ``request``)                 |                                                |
 | UnknownModelError                         | INVALID_ARGUMENT, message names the model and  |
 |                                           | lists the known ones                           |
 | memory source timed out (SearchMemories)  | DEADLINE_EXCEEDED when the caller's own        |
@@ -25,6 +28,8 @@ import attrs
 import grpc
 
 from domain.model.errors import InvalidRequestError, UnknownModelError
+from entrypoints.auth.errors import AuthError
+from entrypoints.auth.grpc_auth import grpc_status
 from ports.errors import (
     DirectiveStoreError,
     MemorySourceDeniedError,
@@ -55,6 +60,8 @@ def failure_for(exc: Exception, *, remaining_s: float | None, call_id: str, head
         headroom_s: what the use cases keep back from the caller's deadline (their timeouts end there).
         call_id: this call's id, echoed in INTERNAL messages so a caller's report can be matched to the logs.
     """
+    if isinstance(exc, AuthError):
+        return Failure(grpc_status(exc), exc.detail)
     if isinstance(exc, DeadlineExpiredError):
         return Failure(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline expired before the call started")
     if isinstance(exc, InvalidRequestError):

@@ -1,18 +1,22 @@
 """Pure proto <-> domain mapping for the three RPCs; the only place the two sets of types meet.
 
-Requests are copied field by field (no validation here: the use cases validate and name the
-field); ``request_id``, when given, is the call's request id (the caller's, or one the edge
-generated) and replaces the message's own. Responses fill every field, including the additive
-ones; durations become whole milliseconds with ``max(0, round(ms))`` and integers are clamped to
-the int32 range.
+Requests are copied field by field (the use cases validate and name the field), except that the
+length of every repeated field is checked on the proto message *before* any element is copied
+into a domain object (``validation.check_items``: the same bounds and messages), and the ignored
+``principal_context`` is bounded in bytes. ``request_id``, when given, is the call's request id
+(the caller's, or one the edge generated) and replaces the message's own. Responses fill every
+field, including the additive ones; durations become whole milliseconds with ``max(0, round(ms))``
+and integers are clamped to the int32 range.
 """
 
 from __future__ import annotations
 
 from contracts.ibex.context.v1 import context_pb2 as pb
 from domain.model.assembly import AssembleRequest, AssemblyMetrics, AssemblyOptions, AssemblyResult, BranchStatus, MemoryUsed
+from domain.model.errors import InvalidRequestError
 from domain.model.messages import Message
 from domain.model.operations import FeedbackOutcome, FeedbackRequest, FoundMemory, SearchRequest, SearchResult
+from domain.usecases import validation
 
 _INT32_MAX = 2**31 - 1
 
@@ -35,6 +39,13 @@ def assemble_request_from_proto(
 ) -> AssembleRequest:
     """The domain request; ``deadline_s`` is the caller's remaining time (None: no deadline) and
     ``tenant`` the (org_id, agent_id) admitted for the call (None: the request's own)."""
+    validation.check_items(len(msg.recent_messages), validation.MAX_MESSAGES, "recent_messages")
+    validation.check_items(len(msg.tool_schemas), validation.MAX_TOOL_SCHEMAS, "tool_schemas")
+    if msg.HasField("principal_context"):
+        size = msg.principal_context.ByteSize()
+        if size > validation.MAX_PRINCIPAL_CONTEXT_BYTES:
+            raise InvalidRequestError("principal_context", (
+                f"principal_context exceeds {validation.MAX_PRINCIPAL_CONTEXT_BYTES} bytes ({size})"))
     options = msg.options
     org_id, agent_id = tenant or (msg.org_id, msg.agent_id)
     return AssembleRequest(
@@ -69,6 +80,8 @@ def search_request_from_proto(
 ) -> SearchRequest:
     """``limit`` 0 and ``min_similarity`` 0 mean "the default" (proto3 cannot tell unset from 0);
     ``tenant`` is the (org_id, agent_id) admitted for the call (None: the request's own)."""
+    validation.check_items(len(msg.categories), validation.MAX_SEARCH_CATEGORIES, "categories")
+    validation.check_items(len(msg.tags), validation.MAX_SEARCH_TAGS, "tags")
     org_id, agent_id = tenant or (msg.org_id, msg.agent_id)
     return SearchRequest(
         org_id=org_id,
@@ -89,6 +102,7 @@ def feedback_request_from_proto(
     request_id: str = "",
 ) -> FeedbackRequest:
     """``org_id`` is the org admitted for the call (None: the request's own)."""
+    validation.check_items(len(msg.memory_ids), validation.MAX_FEEDBACK_IDS, "memory_ids")
     return FeedbackRequest(
         org_id=msg.org_id if org_id is None else org_id,
         memory_ids=tuple(msg.memory_ids),

@@ -3,6 +3,13 @@
 | failure                                   | status | code                |
 |-------------------------------------------|--------|---------------------|
 | InvalidRequestError (bad JSON, fields)    | 400    | INVALID_ARGUMENT    |
+| malformed HTTP (``protocol.py``)          | 400/431| INVALID_ARGUMENT    |
+| no such path / method                     | 404/405| NOT_FOUND / METHOD_NOT_ALLOWED |
+| request headers or body too slow          | 408    | REQUEST_TIMEOUT (connection closed) |
+| body over the route's limit               | 413    | PAYLOAD_TOO_LARGE   |
+| not application/json                      | 415    | UNSUPPORTED_MEDIA_TYPE |
+| client gone before its body came          | 499    | CANCELLED (never delivered; counted) |
+| connection cap reached (``protocol.py``)  | 503    | UNAVAILABLE         |
 | UnknownModelError                         | 400    | INVALID_ARGUMENT    |
 | AuthError unauthenticated / denied        | 401/403| UNAUTHENTICATED / PERMISSION_DENIED |
 | MemorySourceDeniedError (upstream 401/403)| 403    | PERMISSION_DENIED   |
@@ -27,8 +34,11 @@ METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
 UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
 PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
 UNAVAILABLE = "UNAVAILABLE"
+REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
+CANCELLED = "CANCELLED"
 INTERNAL = "INTERNAL"
 OK = "OK"
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request its client abandoned
 
 
 @attrs.frozen
@@ -39,6 +49,7 @@ class ApiError(Exception):
     code: str
     message: str
     field: str | None = None
+    close: bool = attrs.field(default=False, kw_only=True)  # answer with Connection: close (the body was not read)
 
     def body(self, request_id: str = "") -> dict[str, Any]:
         error: dict[str, Any] = {"code": self.code, "message": self.message}

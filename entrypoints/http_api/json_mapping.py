@@ -9,7 +9,13 @@ protobuf's Python parser on purpose: a boolean is never a number, an integer str
 decimal (no exponent), and a field given under both of its names is refused (protobuf keeps the
 last). Every error is an
 ``InvalidRequestError`` whose ``field`` is the proto path (``options.max_memories``,
-``recent_messages[2].role``).
+``recent_messages[2].role``); a value or key the caller sent is echoed at most ``MAX_ECHO_CHARS``
+characters long, with lone surrogates written as backslash escapes, so an error can always be
+rendered as UTF-8 JSON.
+
+``parse_message`` works on decoded JSON values: the HTTP edge decodes bodies with ``body_json``
+(bounded size, depth and element counts); ``loads_object`` is the plain decoder for the CLI's
+files, refusing nesting past the interpreter's recursion limit like any other malformed document.
 
 Rendering emits every field under its JSON name (defaults included), floats as the shortest
 decimal that round-trips through float32 (as protobuf prints them) and non-finite floats as strings.
@@ -38,6 +44,7 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 FLOAT32_MAX = 3.4028234663852886e38
 _INTEGER_TEXT = re.compile(r"-?[0-9]+")
 _MAX_INT_TEXT = 24
+MAX_ECHO_CHARS = 64
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -69,11 +76,13 @@ class MessageSpec:
 def loads_object(text: str | bytes, what: str) -> dict[str, Any]:
     """Decode a JSON document that must be an object; duplicate keys and NaN literals are refused."""
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_refuse_constant)
+        data = json.loads(text, object_pairs_hook=unique_keys, parse_constant=_refuse_constant)
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, integers beyond the digit limit
         raise InvalidRequestError("", f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidRequestError("", f"{what} is not valid JSON: it nests arrays and objects too deeply") from None
     if not isinstance(data, dict):
-        raise InvalidRequestError("", f"{what} must be a JSON object, got {_json_type(data)}")
+        raise InvalidRequestError("", f"{what} must be a JSON object, got {json_type(data)}")
     return data
 
 
@@ -81,22 +90,33 @@ def parse_message(data: object, spec: MessageSpec, path: str = "") -> dict[str, 
     """Proto3 JSON object -> ``{proto field name: value}`` with every field present (defaults filled)."""
     if not isinstance(data, Mapping):
         where = path or spec.name
-        raise InvalidRequestError(path, f"{where} must be a JSON object ({spec.name}), got {_json_type(data)}")
+        raise InvalidRequestError(path, f"{where} must be a JSON object ({spec.name}), got {json_type(data)}")
     lookup = spec.lookup()
     values: dict[str, Any] = {f.name: _default(f) for f in spec.fields}
     seen: dict[str, str] = {}
     for key, raw in data.items():
         field = lookup.get(key)
         if field is None:
-            where = _join(path, key)
-            raise InvalidRequestError(where, f"unknown field {key!r} in {spec.name}")
+            raise unknown_field(key, spec, path)
         if field.name in seen:
             twice = f"field {field.name!r} given twice (as {seen[field.name]!r} and {key!r})"
             raise InvalidRequestError(_join(path, field.name), twice)
         seen[field.name] = key
         if raw is not None:
-            values[field.name] = _parse_field(raw, field, _join(path, field.name))
+            values[field.name] = parse_field(raw, field, _join(path, field.name))
     return values
+
+
+def unknown_field(key: str, spec: MessageSpec, path: str = "") -> InvalidRequestError:
+    """The error for a key ``spec`` does not have (the key echoed safely, see the module docstring)."""
+    shown = echo(key)
+    return InvalidRequestError(_join(path, shown), f"unknown field {shown!r} in {spec.name}")
+
+
+def echo(text: str) -> str:
+    """``text`` as an error may quote it: at most MAX_ECHO_CHARS characters, lone surrogates escaped."""
+    short = text if len(text) <= MAX_ECHO_CHARS else text[:MAX_ECHO_CHARS] + "..."
+    return short.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def render_message(values: Mapping[str, Any], spec: MessageSpec) -> dict[str, Any]:
@@ -119,17 +139,19 @@ def shortest_float32(value: float) -> float:
     return single
 
 
-def _parse_field(raw: object, field: Field, path: str) -> Any:
+def parse_field(raw: object, field: Field, path: str) -> Any:
+    """One non-null field value (a repeated field: the whole array) -> its Python value."""
     if field.refusal:
         raise InvalidRequestError(path, field.refusal)
     if not field.repeated:
-        return _parse_single(raw, field, path)
+        return parse_single(raw, field, path)
     if not isinstance(raw, list):
-        raise InvalidRequestError(path, f"{path} must be a JSON array, got {_json_type(raw)}")
-    return tuple(_parse_single(item, field, f"{path}[{index}]") for index, item in enumerate(raw))
+        raise InvalidRequestError(path, f"{path} must be a JSON array, got {json_type(raw)}")
+    return tuple(parse_single(item, field, f"{path}[{index}]") for index, item in enumerate(raw))
 
 
-def _parse_single(raw: object, field: Field, path: str) -> Any:
+def parse_single(raw: object, field: Field, path: str) -> Any:
+    """One value of ``field`` (one element, for a repeated field) -> its Python value."""
     if raw is None:
         raise InvalidRequestError(path, f"{path} must not be null")
     if field.kind == MESSAGE:
@@ -140,7 +162,7 @@ def _parse_single(raw: object, field: Field, path: str) -> Any:
 
 def _parse_string(raw: object, path: str) -> str:
     if not isinstance(raw, str):
-        raise InvalidRequestError(path, f"{path} must be a string, got {_json_type(raw)}")
+        raise InvalidRequestError(path, f"{path} must be a string, got {json_type(raw)}")
     try:
         raw.encode("utf-8")
     except UnicodeEncodeError:
@@ -150,16 +172,16 @@ def _parse_string(raw: object, path: str) -> str:
 
 def _parse_int32(raw: object, path: str) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-        raise InvalidRequestError(path, f"{path} must be an integer, got {_json_type(raw)}")
+        raise InvalidRequestError(path, f"{path} must be an integer, got {json_type(raw)}")
     if isinstance(raw, float) and not (math.isfinite(raw) and raw.is_integer()):
         raise InvalidRequestError(path, f"{path} must be an integer, got {raw!r}")
     if isinstance(raw, str) and not _INTEGER_TEXT.fullmatch(raw):
-        raise InvalidRequestError(path, f"{path} must be an integer, got the string {raw[:40]!r}")
+        raise InvalidRequestError(path, f"{path} must be an integer, got the string {echo(raw)!r}")
     if isinstance(raw, str) and len(raw) > _MAX_INT_TEXT:
-        raise InvalidRequestError(path, f"{path} is outside the int32 range, got {raw[:40]}...")
+        raise InvalidRequestError(path, f"{path} is outside the int32 range, got {echo(raw)}")
     value = int(raw)
     if not INT32_MIN <= value <= INT32_MAX:
-        raise InvalidRequestError(path, f"{path} is outside the int32 range, got {value}")
+        raise InvalidRequestError(path, f"{path} is outside the int32 range, got {_echo_number(value)}")
     return value
 
 
@@ -167,11 +189,13 @@ def _parse_float(raw: object, path: str) -> float:
     if isinstance(raw, str) and raw in _SPECIAL_FLOATS:
         return _SPECIAL_FLOATS[raw]
     if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-        raise InvalidRequestError(path, f"{path} must be a number, got {_json_type(raw)}")
+        raise InvalidRequestError(path, f"{path} must be a number, got {json_type(raw)}")
     try:
         value = float(raw)
     except ValueError:
-        raise InvalidRequestError(path, f"{path} must be a number, got the string {raw[:40]!r}") from None
+        raise InvalidRequestError(path, f"{path} must be a number, got the string {echo(raw)!r}") from None
+    except OverflowError:  # an integer too large for any float (a JSON number of 309+ digits)
+        raise InvalidRequestError(path, f"{path} is outside the float32 range, got {_echo_number(raw)}") from None
     if math.isnan(value) or (isinstance(raw, str) and math.isinf(value)):
         raise InvalidRequestError(path, f"{path}: write non-finite numbers as \"NaN\", \"Infinity\" or \"-Infinity\"")
     if abs(value) > FLOAT32_MAX:
@@ -181,7 +205,7 @@ def _parse_float(raw: object, path: str) -> float:
 
 def _parse_bool(raw: object, path: str) -> bool:
     if not isinstance(raw, bool):
-        raise InvalidRequestError(path, f"{path} must be true or false, got {_json_type(raw)}")
+        raise InvalidRequestError(path, f"{path} must be true or false, got {json_type(raw)}")
     return raw
 
 
@@ -225,13 +249,20 @@ def _to_float32(value: float) -> float:
     return struct.unpack("<f", struct.pack("<f", value))[0]
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` refusing a key given twice in one JSON object."""
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise InvalidRequestError(key, f"duplicate key {key!r} in a JSON object")
+            shown = echo(key)
+            raise InvalidRequestError(shown, f"duplicate key {shown!r} in a JSON object")
         result[key] = value
     return result
+
+
+def _echo_number(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= MAX_ECHO_CHARS else f"{text[:20]}... ({len(text.lstrip('-'))} digits)"
 
 
 def _refuse_constant(name: str) -> None:
@@ -242,7 +273,8 @@ def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
-def _json_type(value: object) -> str:
+def json_type(value: object) -> str:
+    """A JSON value's type as error messages name it ("an array", "a number")."""
     if value is None:
         return "null"
     if isinstance(value, bool):

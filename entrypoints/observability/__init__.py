@@ -1,1 +1,1 @@
-"""Metrics and structured logs shared by the gRPC and HTTP edges."""
+"""Metrics, structured logs and tracing shared by the gRPC and HTTP edges."""

@@ -3,6 +3,12 @@
 Every record is plain JSON, whoever logged it: third-party terminal decorations are dropped
 (uvicorn's ``color_message`` extra) and terminal escape sequences are removed from every string,
 keys and nested values included, so no field carries ANSI codes.
+
+Trace ids: a record written while a trace context is current (inside a traced call: its server
+span or one of its stages; with tracing off, the caller's context the edge attached) carries
+``trace_id`` (32 hex digits) and ``span_id`` (16) of the current span, the ids an OpenTelemetry
+backend shows. They win over extras of the same name: a request's own ``trace_id`` field is
+logged as ``request_trace_id``.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import re
 import sys
 from datetime import UTC, datetime
 from typing import Any
+
+from opentelemetry import trace
 
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 _DECORATIONS = frozenset({"color_message"})  # uvicorn's coloured copy of the message
@@ -30,6 +38,10 @@ class JsonFormatter(logging.Formatter):
         }
         entry.update({k: v for k, v in vars(record).items()
                       if k not in _STANDARD and k not in _DECORATIONS and not k.startswith("_")})
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:
+            entry["trace_id"] = trace.format_trace_id(span.trace_id)
+            entry["span_id"] = trace.format_span_id(span.span_id)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(plain(entry), default=lambda value: plain(str(value)), ensure_ascii=False)

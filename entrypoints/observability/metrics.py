@@ -33,6 +33,8 @@ class ServiceMetrics:
         self.candidates = Counter("ibex_context_candidates", "Memory candidates by disposition", ("disposition",), registry=r)
         self.auth_failures = Counter("ibex_context_auth_failures", "Rejected callers by reason", ("reason",), registry=r)
         self.feedback_updates = Counter("ibex_context_feedback_updates", "Feedback writes by result", ("result",), registry=r)
+        self.trace_spans_dropped = Counter("ibex_context_trace_spans_dropped", "Spans dropped because the export queue was full", registry=r)
+        self.trace_exports = Counter("ibex_context_trace_exports", "Spans handed to the OTLP exporter, by export result", ("result",), registry=r)
 
     def observe_assembly(self, result: AssemblyResult) -> None:
         self.assemblies.labels(result.degradation_level).inc()
@@ -56,6 +58,12 @@ class ServiceMetrics:
 
     def feedback_result(self, result: str) -> None:
         self.feedback_updates.labels(result).inc()
+
+    def trace_span_dropped(self) -> None:
+        self.trace_spans_dropped.inc()
+
+    def trace_export(self, result: str, spans: int) -> None:
+        self.trace_exports.labels(result).inc(spans)
 
     @contextmanager
     def in_flight(self, surface: str) -> Iterator[None]:

@@ -40,6 +40,7 @@ def copy_tree(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("module", "source", "contract"), [
     ("domain/model/planted.py", "import redis\n", "Domain and ports import no transport"),
+    ("domain/usecases/planted.py", "from opentelemetry import trace\n", "Domain and ports import no transport"),
     ("domain/model/planted.py", "import adapters.system_clock\n", "Hexagon: dependencies point inward"),
     ("ports/planted.py", "import numpy\n", "Ports import only the domain model"),
     ("domain/formatter_planted.py", "import time\n", "read no clock, env, filesystem"),

@@ -19,7 +19,6 @@ MEMORIES = (
     ("A theme switch broke the build last spring", "episodic"),
 )
 MODEL = "gpt-4o"
-SLOW_MS = 1500.0  # a memory endpoint this slow always misses the e2e timeouts
 
 
 def assemble_request(**changes: object) -> pb.AssembleContextRequest:

@@ -1,7 +1,8 @@
 """Caller authentication over real grpc.aio on 127.0.0.1: real TLS, real certificates, real signatures.
 
-The servicer is a minimal ContextAssemblyServiceServicer that calls GrpcAuthenticator.admit() the
-way the production servicer must, and records whether its "use case" was reached.
+The servicer is a minimal ContextAssemblyServiceServicer that calls GrpcAuthenticator.admit() (which
+sets the failed call's status and returns None, never aborting) and records whether its "use case"
+was reached.
 """
 
 from __future__ import annotations
@@ -55,16 +56,22 @@ class RecordingServicer(pb_grpc.ContextAssemblyServiceServicer):
 
     async def AssembleContext(self, request, context):
         tenant = await self.authenticator.admit(context, org_id=request.org_id, agent_id=request.agent_id)
+        if tenant is None:
+            return pb.AssembleContextResponse()
         self.reached.append(("AssembleContext", tenant.org_id, tenant.agent_id))
         return pb.AssembleContextResponse(request_id=request.request_id)
 
     async def SearchMemories(self, request, context):
         tenant = await self.authenticator.admit(context, org_id=request.org_id, agent_id=request.agent_id)
+        if tenant is None:
+            return pb.SearchMemoriesResponse()
         self.reached.append(("SearchMemories", tenant.org_id, tenant.agent_id))
         return pb.SearchMemoriesResponse()
 
     async def RecordMemoryFeedback(self, request, context):
         tenant = await self.authenticator.admit(context, org_id=request.org_id)
+        if tenant is None:
+            return pb.RecordMemoryFeedbackResponse()
         self.reached.append(("RecordMemoryFeedback", tenant.org_id, tenant.agent_id))
         return pb.RecordMemoryFeedbackResponse(success=True)
 

@@ -9,7 +9,7 @@ import math
 import sqlite3
 import subprocess
 import sys
-import time
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -20,6 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.embedded import EmbeddedDatabase, EmbeddedDirectiveStore, EmbeddedMemoryStore, EmbeddedValidationError
+from adapters.embedded import memory_store as memory_store_module
+from adapters.embedded.database import DEFAULT_WORKERS
 from adapters.embedded.scoring import hot_score, idf, similarity_from_bm25, term_score
 from domain.model.directive import Directive
 from domain.model.feedback import FeedbackItem
@@ -33,6 +35,7 @@ from ports.errors import (
 from tests.fakes.clock import FixedClock
 
 ORG, AGENT = str(uuid.uuid4()), str(uuid.uuid4())
+HOLD_CAP_S = 30.0  # a hang guard only
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -107,7 +110,7 @@ def test_a_file_from_a_newer_build_is_refused(db_path: Path, clock: FixedClock) 
 
 
 async def test_two_hundred_concurrent_searches_never_stall_the_event_loop(
-    store: EmbeddedMemoryStore, tmp_path: Path
+    store: EmbeddedMemoryStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
     lines = [json.dumps({"org_id": ORG, "agent_id": AGENT, "category": "factual",
@@ -116,27 +119,41 @@ async def test_two_hundred_concurrent_searches_never_stall_the_event_loop(
     import_file = tmp_path / "bulk.jsonl"
     import_file.write_text("\n".join(lines), encoding="utf-8")
     assert await store.import_jsonl(import_file) == 400
-    gaps: list[float] = []
-    stop = asyncio.Event()
+    # Every search's SQLite work is held inside it until the test lets go: had the store run that
+    # work on the event loop, the loop itself would be stuck in the first search (and the hold
+    # would give up after HOLD_CAP_S, failing the test) instead of running on while every worker
+    # thread sits in a search.
+    loop, loop_thread = asyncio.get_running_loop(), threading.get_ident()
+    release, lock, ran_on = threading.Event(), threading.Lock(), set()
+    entered: list[int] = []
+    all_workers_busy = asyncio.Event()
+    real_search = memory_store_module.search_memories
 
-    async def ticker() -> None:
-        last = time.perf_counter()
-        while not stop.is_set():
-            await asyncio.sleep(0.005)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
+    def held_search(conn: sqlite3.Connection, *, query: SearchQuery):  # type: ignore[no-untyped-def]
+        with lock:
+            ran_on.add(threading.get_ident())
+            entered.append(1)
+            if len(entered) == DEFAULT_WORKERS:
+                loop.call_soon_threadsafe(all_workers_busy.set)
+        if not release.wait(HOLD_CAP_S):
+            release.set()  # give up once, not once per search
+            raise AssertionError(f"search held {HOLD_CAP_S} s: the event loop never got to release it")
+        return real_search(conn, query=query)
 
-    ticking = asyncio.create_task(ticker())
-    started = time.perf_counter()
+    monkeypatch.setattr(memory_store_module, "search_memories", held_search)
     queries = [f"{words[n % 10]} {words[(n + 3) % 10]}" for n in range(200)]
-    results = await asyncio.gather(*(_search(store, query, limit=10) for query in queries))
-    elapsed = time.perf_counter() - started
-    stop.set()
-    await ticking
+    searches = asyncio.gather(*(store.search(SearchQuery(ORG, AGENT, query, limit=10), timeout_s=HOLD_CAP_S * 2)
+                                for query in queries))
+    try:
+        await all_workers_busy.wait()  # the loop runs this while every worker thread is inside a search
+        for _ in range(100):  # and it keeps running: other tasks get their turns meanwhile
+            await asyncio.sleep(0)
+        assert len(entered) == DEFAULT_WORKERS and not searches.done()  # the other 196 wait their turn
+    finally:
+        release.set()
+    results = await searches
     assert all(len(batch.hits) == 10 for batch in results)
-    # Run on the loop, the searches would leave one gap as long as all of them together.
-    assert len(gaps) >= 2 and max(gaps) < 0.25, f"loop stalled {max(gaps):.3f} s ({len(gaps)} ticks in {elapsed:.3f} s)"
+    assert len(entered) == 200 and loop_thread not in ran_on and len(ran_on) <= DEFAULT_WORKERS
 
 
 async def test_concurrent_feedback_loses_no_update_and_dedupes_retries(store: EmbeddedMemoryStore) -> None:

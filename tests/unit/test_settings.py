@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from domain.relevance_policy import RelevancePolicy
-from entrypoints.settings import Settings, SettingsError, is_loopback, parse_timeout_ms
+from entrypoints.settings import Settings, SettingsError, is_loopback, not_loopback_reason, parse_timeout_ms
 
 
 def test_defaults_match_the_reference() -> None:
@@ -89,11 +91,41 @@ def test_insecure_override_parses_booleans() -> None:
 
 
 @pytest.mark.parametrize(("addr", "loopback"), [
-    ("127.0.0.1:9092", True), ("localhost:9092", True), ("[::1]:9092", True),
-    ("0.0.0.0:9092", False), ("10.0.0.5:9092", False), ("[::]:9092", False),
+    ("127.0.0.1:9092", True), ("127.5.5.5:9092", True), ("localhost:9092", True), ("[::1]:9092", True),
+    ("::1:9092", True),  # the binders split host from port at the last colon, as is_loopback does
+    ("[::ffff:127.0.0.1]:9092", True),
+    ("0.0.0.0:9092", False), ("10.0.0.1:9092", False), ("10.0.0.5:9092", False), ("[::]:9092", False),
+    ("127.example.invalid:9092", False),  # a host name, not an address: judged by what it resolves to
+    ("no-such-host.invalid:9092", False), (":9092", False),
 ])
 def test_loopback_detection(addr: str, loopback: bool) -> None:
     assert is_loopback(addr) is loopback
+
+
+def _resolver(answers: dict[str, list[str]]):  # type: ignore[no-untyped-def]
+    def getaddrinfo(host: str, port: object, *args: object, **kwargs: object) -> list[tuple]:  # type: ignore[type-arg]
+        if host not in answers:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, 0))
+                for ip in answers[host]]
+    return getaddrinfo
+
+
+def test_a_host_name_is_loopback_only_when_every_address_it_resolves_to_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "getaddrinfo", _resolver({
+        "127.internal.example": ["127.0.0.1", "::1"],
+        "127.mixed.example": ["127.0.0.1", "203.0.113.7"],
+        "127.public.example": ["203.0.113.8"],
+    }))
+    assert is_loopback("127.internal.example:9092")
+    assert not is_loopback("127.mixed.example:9092") and not is_loopback("127.public.example:9092")
+    assert "resolves to 203.0.113.7, not loopback" in str(not_loopback_reason("127.mixed.example:9092"))
+    assert "does not resolve" in str(not_loopback_reason("127.example.invalid:9092"))
+
+
+def test_an_ip_address_is_never_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "getaddrinfo", _resolver({}))
+    assert is_loopback("127.0.0.1:1") and is_loopback("[::1]:1") and not is_loopback("10.0.0.1:1")
 
 
 def test_hot_and_cold_limits_default_to_20_and_30_and_parse() -> None:
@@ -141,3 +173,16 @@ def test_bad_score_policy_settings_name_the_variable(name: str, raw: str, accept
     with pytest.raises(SettingsError) as excinfo:
         Settings.from_env({name: raw})
     assert str(excinfo.value) == f"{name}: expected {accepts}, got {raw!r}"
+
+
+def test_principal_max_lifetime_defaults_to_the_verifiers_default_and_parses_durations() -> None:
+    from datetime import timedelta
+
+    from entrypoints.auth.proof import DEFAULT_MAX_LIFETIME
+    from entrypoints.cli.service import principal_max_lifetime
+
+    default = Settings.from_env({})
+    assert principal_max_lifetime(default) == DEFAULT_MAX_LIFETIME == timedelta(hours=1)
+    assert Settings.from_env({"IBEX_CONTEXT_PRINCIPAL_MAX_LIFETIME": "300s"}).principal_max_lifetime_ms == 300_000.0
+    with pytest.raises(SettingsError, match="^IBEX_CONTEXT_PRINCIPAL_MAX_LIFETIME: expected a positive"):
+        Settings.from_env({"IBEX_CONTEXT_PRINCIPAL_MAX_LIFETIME": "0"})

@@ -13,8 +13,9 @@ In a test::
     with MemoryServer.running() as server:        # 127.0.0.1, free port, own thread
         server.add_token("t", org_id); server.add_memory(org_id, agent_id, "text")
         server.set_latency("search", 20)          # hot | search | feedback
+        server.hold("search"); ...; server.wait_held("search"); server.release("search")
         ... HttpMemorySource(server.base_url, "t") ...
-        server.requests("search"); server.connections_accepted
+        server.requests("search"); server.traceparents("hot"); server.connections_accepted
 
 As a process: ``python -m tests.support.memory_server --port 0 --seed-demo 100`` (see process.py),
 or ``MemoryServerProcess.launch("--seed-demo", "100")``.

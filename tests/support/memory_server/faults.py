@@ -5,6 +5,8 @@ Thread-safe: tests flip them from the test's thread while the server answers in 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import random
 import socket
@@ -40,10 +42,59 @@ MALFORMED_BODIES = {
 _INVALID_UTF8_MARK = "@@invalid-utf8@@"
 
 
+class Gate:
+    """Requests wait here, in the server's loop, until the test opens the gate from its own thread.
+
+    A held request has reached the service (it is logged) and gets no answer at all until
+    ``open()``: a stand-in for an upstream that does not answer, with no timing involved.
+    """
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._opened = False
+        self._waiting: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.arrived = 0
+
+    @property
+    def waiting(self) -> int:
+        with self._condition:
+            return sum(1 for _, future in self._waiting if not future.done())
+
+    async def wait(self) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._condition:
+            self.arrived += 1
+            self._condition.notify_all()
+            if self._opened:
+                return
+            self._waiting.append((loop, future))
+        await future
+
+    def wait_arrived(self, count: int, timeout_s: float) -> bool:
+        """Block the calling thread until ``count`` requests have reached the gate (False: timed out)."""
+        with self._condition:
+            return self._condition.wait_for(lambda: self.arrived >= count, timeout_s)
+
+    def open(self) -> None:
+        with self._condition:
+            self._opened = True
+            waiting, self._waiting = self._waiting, []
+        for loop, future in waiting:
+            with contextlib.suppress(RuntimeError):  # the server's loop is already closed
+                loop.call_soon_threadsafe(_resolve, future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 @attrs.define
 class Faults:
     """Switches for one endpoint. ``None`` counts mean "every request until cleared"."""
 
+    hold: Gate | None = None
     latency_ms: float = 0.0
     jitter_ms: float = 0.0
     slow_ms: float = 0.0
@@ -76,6 +127,35 @@ class FaultSwitches:
         self._faults_lock = threading.Lock()
         self._random = random.Random(seed)
         self._faults = {name: Faults() for name in ENDPOINTS}
+
+    def hold(self, endpoint: str) -> None:
+        """Give later requests no answer at all until ``release(endpoint)`` (or ``clear_faults``).
+
+        Use it, not a latency longer than some timeout, when a test needs a timeout to fire: a
+        held request cannot be answered in time however the machine schedules the two sides.
+        """
+        _check_endpoint(endpoint)
+        with self._faults_lock:
+            if self._faults[endpoint].hold is None:
+                self._faults[endpoint] = attrs.evolve(self._faults[endpoint], hold=Gate())
+
+    def release(self, endpoint: str) -> None:
+        """Let the held requests of ``endpoint`` go on (and stop holding new ones)."""
+        _check_endpoint(endpoint)
+        with self._faults_lock:
+            gate = self._faults[endpoint].hold
+            self._faults[endpoint] = attrs.evolve(self._faults[endpoint], hold=None)
+        if gate is not None:
+            gate.open()
+
+    def wait_held(self, endpoint: str, count: int = 1, timeout_s: float = 30.0) -> None:
+        """Block until ``count`` requests are held at ``endpoint``'s gate (``timeout_s``: a hang guard)."""
+        with self._faults_lock:
+            gate = self._faults[endpoint].hold
+        if gate is None:
+            raise RuntimeError(f"{endpoint!r} is not held")
+        if not gate.wait_arrived(count, timeout_s):
+            raise AssertionError(f"{count} {endpoint} request(s) not held within {timeout_s} s ({gate.arrived} were)")
 
     def set_latency(self, endpoint: str, ms: float, *, jitter_ms: float = 0.0,
                     slow_ms: float = 0.0, slow_fraction: float = 0.0) -> None:
@@ -113,8 +193,12 @@ class FaultSwitches:
         self._set(endpoint, reset=True, reset_times=times, reset_after_apply=after_apply)
 
     def clear_faults(self) -> None:
+        """Back to normal answers; requests still held are let go."""
         with self._faults_lock:
+            gates = [f.hold for f in self._faults.values() if f.hold is not None]
             self._faults = {name: Faults() for name in ENDPOINTS}
+        for gate in gates:
+            gate.open()
 
     def _plan(self, endpoint: str) -> Plan:
         """Draw this request's latency and consume one use of the counted switches."""
@@ -134,10 +218,14 @@ class FaultSwitches:
         return Plan(latency / 1000.0, f.status if status_now else None, reset_now, f)
 
     def _set(self, endpoint: str, **changes: object) -> None:
-        if endpoint not in ENDPOINTS:
-            raise ValueError(f"unknown endpoint {endpoint!r}; expected one of {ENDPOINTS}")
+        _check_endpoint(endpoint)
         with self._faults_lock:
             self._faults[endpoint] = attrs.evolve(self._faults[endpoint], **changes)
+
+
+def _check_endpoint(endpoint: str) -> None:
+    if endpoint not in ENDPOINTS:
+        raise ValueError(f"unknown endpoint {endpoint!r}; expected one of {ENDPOINTS}")
 
 
 def _take(count: int | None) -> tuple[bool, int | None]:

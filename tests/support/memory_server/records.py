@@ -35,6 +35,11 @@ class LoggedRequest:
     def json(self) -> object:
         return json.loads(self.body)
 
+    @property
+    def traceparent(self) -> str:
+        """The W3C ``traceparent`` header the request carried ("" without one)."""
+        return self.headers.get("traceparent", "")
+
     @classmethod
     def of(cls, raw: RawRequest) -> LoggedRequest:
         return cls(endpoint=raw.endpoint, method=raw.method, path=raw.url.path, query=dict(raw.url.query),

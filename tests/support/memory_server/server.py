@@ -23,8 +23,8 @@ _ANSWER_LIMIT = 1024  # rendered answers kept; a full cache is emptied and refil
 class MemoryServer(FaultSwitches):
     """The fake memory service. State sits behind one lock; HTTP runs in a thread of its own.
 
-    Fault switches (set_latency, force_status, malform_body, inject_*, reset_connections,
-    clear_faults) come from FaultSwitches; ``requests()`` is the request log and
+    Fault switches (hold/release, set_latency, force_status, malform_body, inject_*,
+    reset_connections, clear_faults) come from FaultSwitches; ``requests()`` is the request log and
     ``connections_accepted`` counts TCP connections. Agent ids are global (as in the real
     service): each has one owner org.
 
@@ -87,6 +87,10 @@ class MemoryServer(FaultSwitches):
             raw = [r for r in self._log if endpoint in (None, r.endpoint)]
         return tuple(LoggedRequest.of(r) for r in raw)
 
+    def traceparents(self, endpoint: str | None = None) -> tuple[str, ...]:
+        """The ``traceparent`` header of each logged request (oldest first; "" where none came)."""
+        return tuple(r.traceparent for r in self.requests(endpoint))
+
     def clear_log(self) -> None:
         with self._lock:
             self._log.clear()
@@ -113,6 +117,8 @@ class MemoryServer(FaultSwitches):
             body = await request.read()
             plan = self._plan(name)
             self._record(name, request, body, plan.latency_s)
+            if plan.faults.hold is not None:
+                await plan.faults.hold.wait()
             if plan.latency_s:
                 await asyncio.sleep(plan.latency_s)
             apply_first = plan.faults.reset_after_apply and name == "feedback"
@@ -247,6 +253,7 @@ class MemoryServer(FaultSwitches):
             raise RuntimeError(f"memory server did not start: {errors}")
 
     def stop(self) -> None:
+        self.clear_faults()  # held requests end before the server does
         if self._loop is not None and self._thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10.0)

@@ -144,22 +144,26 @@ def test_verification_never_fails_while_another_thread_reloads(tmp_path: Path) -
     path = write_key_file(tmp_path / "k.json", ed_entry("ed-1"), hmac_entry("hmac-1"))
     ring = KeyRing.from_path(path)
     proof = hmac_proof(context())
-    stop, reloads = threading.Event(), []
+    stop, reloads, verified = threading.Event(), [], []
 
     def churn() -> None:
-        while not stop.is_set():
-            write_key_file(path, hmac_entry("hmac-1"), ed_entry(f"ed-{len(reloads)}"))
+        # Exactly 20 reloads, each one only once 100 more verifications have run since the last:
+        # the two threads interleave however they are scheduled, and nothing depends on a rate.
+        for n in range(20):
+            while len(verified) < 100 * (n + 1):
+                if stop.is_set():
+                    return
+                time.sleep(0.0001)  # let the verifying thread run
+            write_key_file(path, hmac_entry("hmac-1"), ed_entry(f"ed-{n}"))
             reloads.append(ring.reload().loaded)
 
     worker = threading.Thread(target=churn)
     worker.start()
-    verified: list[str] = []
-    deadline = time.monotonic() + 20
     try:
-        while (len(verified) < 2000 or len(reloads) < 20) and time.monotonic() < deadline:
+        while worker.is_alive() or len(verified) < 2000:
             verified.append(verify_proof(proof, ring, T0).key_id)
     finally:
         stop.set()
         worker.join()
-    assert len(reloads) >= 20 and all(reloads)
+    assert len(reloads) == 20 and all(reloads)
     assert set(verified) == {"hmac-1"} and len(verified) >= 2000

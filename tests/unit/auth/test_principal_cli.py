@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,9 +28,9 @@ def cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
 @pytest.fixture(scope="module", params=["ed25519", "hmac-sha256"])
 def key_files(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     directory = tmp_path_factory.mktemp(request.param)
-    private, public = directory / "private.json", directory / "public.json"
+    private, public = directory / "signer.json", directory / "verify.json"
     result = cli("keygen", "--algorithm", request.param, "--key-id", "k1",
-                 "--out-private", str(private), "--out-public", str(public))
+                 "--out-private", str(private), "--out-verify", str(public))
     assert result.returncode == 0, result.stderr
     return private, public
 
@@ -46,6 +48,54 @@ def test_keygen_writes_the_private_file_owner_only(key_files: tuple[Path, Path])
     private, public = key_files
     assert stat.S_IMODE(private.stat().st_mode) == 0o600
     assert json.loads(public.read_text())["keys"][0]["key_id"] == "k1"
+
+
+@pytest.fixture
+def permissive_umask() -> Iterator[None]:
+    """umask 0 for the CLI subprocesses (inherited): only the CLI's own modes can keep others out."""
+    previous = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+@pytest.mark.usefixtures("permissive_umask")
+@pytest.mark.parametrize(("algorithm", "verify_name", "verify_mode"), [
+    ("ed25519", "proxy.pub.json", 0o644),
+    ("hmac-sha256", "proxy-hmac.verify.secret.json", 0o600),
+])
+def test_keygen_creates_every_file_holding_a_secret_0600(tmp_path: Path, algorithm: str, verify_name: str,
+                                                         verify_mode: int) -> None:
+    private, verification = tmp_path / "signer.secret.json", tmp_path / verify_name
+    result = cli("keygen", "--algorithm", algorithm, "--key-id", "k1",
+                 "--out-private", str(private), "--out-verify", str(verification))
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert stat.S_IMODE(verification.stat().st_mode) == verify_mode
+    entry = json.loads(verification.read_text())["keys"][0]
+    assert ("secret" in entry) is (algorithm == "hmac-sha256")
+    if algorithm == "hmac-sha256":
+        assert b"shared secret" in result.stdout and b"keep both secret" in result.stdout
+
+
+@pytest.mark.usefixtures("permissive_umask")
+def test_keygen_refuses_a_public_looking_name_for_an_hmac_secret(tmp_path: Path) -> None:
+    private, verification = tmp_path / "signer.secret.json", tmp_path / "proxy.pub.json"
+    result = cli("keygen", "--algorithm", "hmac-sha256", "--key-id", "k1",
+                 "--out-private", str(private), "--out-public", str(verification))
+    assert result.returncode == 2 and b"must not suggest a public key" in result.stderr
+    assert not private.exists() and not verification.exists()
+
+
+def test_keygen_does_not_follow_a_symlink_or_leave_half_a_pair(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.json"
+    (tmp_path / "verify.secret.json").symlink_to(target)
+    private = tmp_path / "signer.secret.json"
+    result = cli("keygen", "--algorithm", "hmac-sha256", "--key-id", "k1", "--out-private", str(private),
+                 "--out-verify", str(tmp_path / "verify.secret.json"))
+    assert result.returncode == 2 and b"already exists" in result.stderr
+    assert not target.exists() and not private.exists()
 
 
 def test_keygen_refuses_to_overwrite(key_files: tuple[Path, Path]) -> None:

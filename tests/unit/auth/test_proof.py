@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from contracts.ibex.auth.v1 import principal_context_pb2 as pb
 from entrypoints.auth.errors import ALL_REASONS, PERMISSION_DENIED, UNAUTHENTICATED, AuthError
 from entrypoints.auth.keys import KeySet, load_verification_keys
-from entrypoints.auth.proof import CLOCK_SKEW, MAX_PROOF_BYTES, sign_proof, verify_proof
+from entrypoints.auth.proof import CLOCK_SKEW, DEFAULT_MAX_LIFETIME, MAX_PROOF_BYTES, sign_proof, verify_proof
 from tests.support.principal_proofs import (
     AGENT,
     ED_SEED,
@@ -219,3 +219,30 @@ def test_every_reason_has_a_code_and_a_safe_detail() -> None:
 def test_unknown_reason_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown auth failure reason"):
         AuthError("oops")
+
+
+# ------------------------------------------------------------------ maximum lifetime
+def test_a_proof_longer_lived_than_the_maximum_is_refused_whatever_the_time(keys: KeySet) -> None:
+    century = context(ttl=timedelta(days=36_525))
+    assert _reason(ed_proof(century), keys) == "lifetime_too_long"
+    assert _reason(hmac_proof(context(ttl=DEFAULT_MAX_LIFETIME + timedelta(microseconds=1))), keys) == "lifetime_too_long"
+    assert AuthError("lifetime_too_long").detail == (
+        "lifetime_too_long: expires_at - issued_at exceeds the maximum proof lifetime (IBEX_CONTEXT_PRINCIPAL_MAX_LIFETIME)")
+
+
+def test_the_default_maximum_lifetime_is_one_hour_inclusive(keys: KeySet) -> None:
+    assert DEFAULT_MAX_LIFETIME == timedelta(hours=1)
+    assert verify_proof(ed_proof(context(ttl=DEFAULT_MAX_LIFETIME)), keys, NOW).org_id == ORG
+
+
+def test_the_maximum_lifetime_is_configurable(keys: KeySet) -> None:
+    five_minutes = ed_proof(context(ttl=timedelta(minutes=5)))
+    assert verify_proof(five_minutes, keys, NOW, timedelta(minutes=5)).org_id == ORG
+    with pytest.raises(AuthError) as caught:
+        verify_proof(five_minutes, keys, NOW, timedelta(minutes=4))
+    assert caught.value.reason == "lifetime_too_long"
+
+
+def test_the_lifetime_is_checked_after_the_signature(keys: KeySet) -> None:
+    forged = ed_proof(context(ttl=timedelta(days=365)), seed=OTHER_ED_SEED)
+    assert _reason(forged, keys) == "bad_signature"

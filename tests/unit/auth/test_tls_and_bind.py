@@ -93,15 +93,33 @@ def test_half_configured_tls_is_rejected(pki: Pki) -> None:
         load_tls_material("", "", str(pki.ca.cert_path))
 
 
-@pytest.mark.parametrize("addr", ["127.0.0.1:9092", "localhost:0", "[::1]:9092", "127.8.9.10:1"])
+@pytest.mark.parametrize("addr", ["127.0.0.1:9092", "localhost:0", "[::1]:9092", "127.8.9.10:1", "127.5.5.5:9092"])
 def test_loopback_binds_need_nothing(addr: str) -> None:
     assert bind_guard(addr, has_auth=False, allow_insecure=False) is None
 
 
-@pytest.mark.parametrize("addr", ["0.0.0.0:9092", "10.0.0.5:9092", "[::]:9092"])
+@pytest.mark.parametrize("addr", ["0.0.0.0:9092", "10.0.0.5:9092", "10.0.0.1:9092", "[::]:9092",
+                                  "127.example.invalid:9092", "no-such-host.invalid:9092"])
 def test_non_loopback_bind_without_auth_refuses_to_start(addr: str) -> None:
     with pytest.raises(InsecureBindError, match=rf"refusing to bind {re.escape(addr)}.*ALLOW_INSECURE_BIND=true"):
         bind_guard(addr, has_auth=False, allow_insecure=False)
+
+
+@pytest.mark.parametrize(("addr", "reason"), [
+    ("0.0.0.0:9092", "0.0.0.0 is not a loopback address, which binds every interface"),
+    ("10.0.0.1:9092", "10.0.0.1 is not a loopback address;"),
+    ("127.example.invalid:9092", "host name '127.example.invalid' does not resolve"),
+])
+def test_the_refusal_says_why_the_address_is_not_loopback(addr: str, reason: str) -> None:
+    with pytest.raises(InsecureBindError) as refused:
+        bind_guard(addr, has_auth=False, allow_insecure=False)
+    assert reason in str(refused.value) and "\n" not in str(refused.value)
+    warning = bind_guard(addr, has_auth=False, allow_insecure=True)
+    assert warning and f"insecure bind: {addr} is not a loopback address (" in warning
+
+
+def test_an_unresolvable_name_with_auth_configured_is_not_resolved_by_the_guard() -> None:
+    assert bind_guard("no-such-host.invalid:9092", has_auth=True, allow_insecure=False) is None
 
 
 def test_override_allows_the_bind_with_a_warning() -> None:

@@ -12,21 +12,30 @@ from entrypoints.observability.metrics import ServiceMetrics
 
 
 class ScriptedContext:
-    """time_remaining() answers from a script; abort() records and raises like grpc.aio does."""
+    """time_remaining() answers from a script; the status set is recorded; abort() must not be used."""
 
     def __init__(self, *remaining: float) -> None:
         self._remaining = list(remaining)
-        self.aborted: tuple[grpc.StatusCode, str] | None = None
+        self.status: grpc.StatusCode | None = None
+        self.details = ""
 
     def time_remaining(self) -> float:
         return self._remaining.pop(0) if len(self._remaining) > 1 else self._remaining[0]
 
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self.status = code
+
+    def set_details(self, details: str) -> None:
+        self.details = details
+
     async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        self.aborted = (code, details)
-        raise grpc.aio.AbortError()
+        raise AssertionError("a failed call sets its status and returns; it never aborts")
 
     def code(self) -> grpc.StatusCode | None:
-        return self.aborted[0] if self.aborted else None
+        return self.status
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ()
 
 
 class CountingAssemble:
@@ -50,10 +59,10 @@ def seen(metrics: ServiceMetrics, code: str) -> float:
 
 async def test_an_expired_deadline_never_reaches_the_use_case() -> None:
     metrics, assemble, context = ServiceMetrics(), CountingAssemble(), ScriptedContext(-0.001)
-    with pytest.raises(grpc.aio.AbortError):
-        await servicer(assemble, metrics).AssembleContext(pb.AssembleContextRequest(), context)  # type: ignore[arg-type]
+    response = await servicer(assemble, metrics).AssembleContext(pb.AssembleContextRequest(), context)  # type: ignore[arg-type]
+    assert response == pb.AssembleContextResponse()
     assert assemble.calls == 0
-    assert context.aborted is not None and context.aborted[0] == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert (context.status, context.details) == (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline expired before the call started")
 
 
 async def test_an_answer_finished_after_the_deadline_is_not_counted_ok() -> None:

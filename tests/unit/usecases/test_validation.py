@@ -71,3 +71,60 @@ def test_feedback_validation() -> None:
     with pytest.raises(InvalidRequestError) as excinfo:
         validate_feedback(FeedbackRequest(ORG, (AGENT, "bad"), "neutral"))
     assert excinfo.value.field == "memory_ids[1]"
+
+
+# ------------------------------------------------------------------ every string and repeated field is bounded
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"org_id": " " * 300 + ORG}, "org_id"),
+    ({"agent_id": AGENT + " " * 300}, "agent_id"),
+    ({"model": " " * 300 + "gpt-4o"}, "model"),
+    ({"tool_schemas": ("x" * 65_537,)}, "tool_schemas[0]"),
+    ({"tool_schemas": ("x" * 60_000,) * 9}, "tool_schemas"),
+    ({"session_id": "s" * 257}, "session_id"),
+    ({"directive_version_id": "d" * 257}, "directive_version_id"),
+    ({"span_id": "s" * 257}, "span_id"),
+])
+def test_assembly_strings_are_bounded_before_trimming(changes: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidRequestError) as excinfo:
+        validate_assemble(request(**changes))
+    assert excinfo.value.field == field and field.split("[")[0] in str(excinfo.value)
+
+
+def test_tool_schemas_at_their_bounds_are_accepted() -> None:
+    validate_assemble(request(tool_schemas=("x" * 8192,) * 64))
+    validate_assemble(request(tool_schemas=("x" * 65_536,) * 8))
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"tags": ("t",) * 65}, "tags"),
+    ({"tags": ("t" * 129,)}, "tags[0]"),
+    ({"tags": ("ok", "  ")}, "tags[1]"),
+    ({"categories": ("factual",) * 17}, "categories"),
+    ({"categories": ("c" * 65,)}, "categories[0]"),
+    ({"org_id": ORG + " " * 300}, "org_id"),
+    ({"query": "q" * 8193}, "query"),
+    ({"session_id": "s" * 257}, "session_id"),
+    ({"request_id": "r" * 257}, "request_id"),
+    ({"trace_id": "t" * 257}, "trace_id"),
+])
+def test_search_filters_and_ids_are_bounded(changes: dict[str, object], field: str) -> None:
+    fields: dict[str, object] = {"org_id": ORG, "agent_id": AGENT, "query": "q", **changes}
+    with pytest.raises(InvalidRequestError) as excinfo:
+        validate_search(SearchRequest(**fields))  # type: ignore[arg-type]
+    assert excinfo.value.field == field
+
+
+def test_search_filters_at_their_bounds_are_accepted() -> None:
+    validate_search(SearchRequest(ORG, AGENT, "q", tags=("t" * 128,) * 64, categories=("c" * 64,) * 16))
+
+
+def test_feedback_ids_and_word_are_bounded_and_never_echoed_whole() -> None:
+    with pytest.raises(InvalidRequestError) as excinfo:
+        validate_feedback(FeedbackRequest(ORG, (AGENT + " " * 300,), "positive"))
+    assert excinfo.value.field == "memory_ids[0]"
+    with pytest.raises(InvalidRequestError) as excinfo:
+        validate_feedback(FeedbackRequest(ORG, (AGENT,), "x" * 1_000_000))
+    assert excinfo.value.field == "feedback" and len(str(excinfo.value)) < 100
+    with pytest.raises(InvalidRequestError) as excinfo:
+        validate_feedback(FeedbackRequest(ORG, (AGENT,), "y" * 32))
+    assert len(str(excinfo.value)) < 200
