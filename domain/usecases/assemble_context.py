@@ -13,9 +13,10 @@ Business rules:
   (lowest score first) in the unexpected case it would exceed window - reserve - safety.
 
 Tracing (``ports.tracing``): one stage span per retrieval branch (``retrieval.py``), then
-``budget``, ``screening`` (scoring and the schema's gates), ``packing`` (pricing and the packer:
-path, evaluated, included), ``formatting`` and ``final_count``; attributes are counts, paths and
-token figures, never a memory's content, the query or the directive.
+``budget``, ``scoring_and_packing`` (scoring, the schema's gates, pricing and the packer: path,
+evaluated, included, ranked, excluded), ``formatting`` and ``final_count``; attributes are
+counts, paths and token figures, never a memory's content, the query or the directive. Scoring
+and packing share one span on purpose: every span costs CPU on the call and at export.
 """
 
 from __future__ import annotations
@@ -132,14 +133,12 @@ class AssembleContext:
             )
             _describe_budget(span, budget)
         budget_ms, mark = self._lap(mark)
-        with tracer.stage("screening") as span:
+        with tracer.stage("scoring_and_packing") as span:
             pool = self._pool(request, retrieval, level)
-            _describe_pool(span, pool)
-        ranking_ms, mark = self._lap(mark)
-        await _let_others_run()
-        with tracer.stage("packing") as span:
+            ranking_ms, mark = self._lap(mark)
+            await _let_others_run()
             priced = self._pack(pool, budget, counter, nonce)
-            _describe_packing(span, priced[1])
+            _describe_packing(span, pool, priced[1])
         packing_ms, mark = self._lap(mark)
         await _let_others_run()
         packed = self._format(request, pool, budget, counter, nonce, directive, priced)
@@ -258,18 +257,18 @@ def _describe_budget(span: StageSpan, budget: TokenBudget) -> None:
     span.set_attributes({"ibex.budget.usable": budget.usable_budget, "ibex.budget.prompt_limit": budget.prompt_limit})
 
 
-def _describe_pool(span: StageSpan, pool: CandidatePool) -> None:
-    attributes = {"ibex.screening.ranked": len(pool.ranked), "ibex.screening.excluded": len(pool.explained)}
+def _describe_packing(span: StageSpan, pool: CandidatePool, result: PackResult) -> None:
+    """Scoring and screening (what reached the packer, what was excluded before it), then packing."""
+    attributes: dict[str, str | int] = {
+        "ibex.packing.path": result.path, "ibex.packing.evaluated": result.evaluated,
+        "ibex.packing.included": len(result.selected), "ibex.screening.ranked": len(pool.ranked),
+        "ibex.screening.excluded": len(pool.explained),
+    }
     if pool.fenced:
         attributes["ibex.screening.fenced"] = pool.fenced
     if pool.malformed:
         attributes["ibex.screening.malformed"] = pool.malformed
     span.set_attributes(attributes)
-
-
-def _describe_packing(span: StageSpan, result: PackResult) -> None:
-    span.set_attributes({"ibex.packing.path": result.path, "ibex.packing.evaluated": result.evaluated,
-                         "ibex.packing.included": len(result.selected)})
 
 
 async def _let_others_run() -> None:

@@ -4,8 +4,8 @@ In: a call's trace context comes from its gRPC metadata or HTTP headers, in the 
 configured propagators (``OTEL_PROPAGATORS``, by default W3C ``traceparent``/``tracestate`` and
 ``baggage``). It is the parent of the call's server span. The request's own ``trace_id`` /
 ``span_id`` fields (the reference's free-form correlation strings) are never read as a trace
-context: they are echoed, logged as ``request_trace_id`` / ``request_span_id`` and recorded on the
-server span as ``ibex.request.trace_id`` / ``ibex.request.span_id``.
+context: they are echoed, ``trace_id`` is logged as ``request_trace_id``, and both are recorded on
+the server span as ``ibex.request.trace_id`` / ``ibex.request.span_id``.
 
 On (``Settings.tracing_enabled``: an OTLP endpoint is set): ``open_tracing`` builds an SDK
 TracerProvider (sampler, resource) whose spans go through a bounded ``BatchSpanProcessor``
@@ -14,12 +14,12 @@ to the queue. ``EdgeTracing`` makes one SERVER span per RPC, current for the who
 use case's stage spans (``adapters.otel_tracing``) are its children and every log line written
 meanwhile carries its ids (``logs.py``).
 
-Off: the SDK is not even imported and no span is made. A call that brings a trace context still
+Off: the trace SDK is not even imported and no span is made. A call that brings a trace context still
 has it attached while it runs, so the memory service's requests carry it on (``traceparent``
 from ``adapters.memory_http``) and the call's log lines carry its trace id.
 
-Server spans carry method, route and status attributes, the degradation level, the branch
-outcomes and token counts of an assembly (``annotate_assembly``), never request or memory text.
+Server spans carry method, route and status attributes, the degradation level and token
+counts of an assembly (``annotate_assembly``), never request or memory text.
 """
 
 from __future__ import annotations

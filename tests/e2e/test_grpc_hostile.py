@@ -95,9 +95,10 @@ def survivors(marker: str) -> int:
                if type(obj) in (pb.AssembleContextRequest, AssembleRequest) and obj.trace_id == marker)
 
 
-async def settled_survivors(marker: str, wait_s: float = 0.5) -> int:
-    """``survivors`` once the server side had time to finish (with the collector off, a request in a
-    reference cycle stays, so waiting can only let reference counting finish its work)."""
+async def settled_survivors(marker: str, wait_s: float = 10.0) -> int:
+    """``survivors`` once the server side has finished, polled up to ``wait_s`` (a hang guard: with the
+    collector off, a request in a reference cycle stays, so waiting can only let reference counting
+    finish its work and never hides a cycle)."""
     deadline = time.monotonic() + wait_s
     while (count := survivors(marker)) and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
@@ -156,7 +157,7 @@ async def test_the_check_sees_the_cycle_that_context_abort_leaves() -> None:
             with collector_off():
                 seen = await outcome(raw_call(channel, "AssembleContext")(marked_body(marker), timeout=10))
                 await outcome(raw_call(channel, "AssembleContext")(b"", timeout=10))
-                left = await settled_survivors(marker)
+                left = await settled_survivors(marker, wait_s=0.5)  # a cycle stays: waiting longer changes nothing
                 gc.collect()
                 after_collection = survivors(marker)
     finally:

@@ -399,14 +399,15 @@ def test_healthz_answers_while_large_hostile_bodies_are_refused(client: httpx.Cl
     senders = [threading.Thread(target=send, args=(body,)) for body in bodies]
     for sender in senders:
         sender.start()
-    latencies = []
+    answered_while_in_flight = 0
     while any(sender.is_alive() for sender in senders):
-        started = time.perf_counter()
         assert client.get("/healthz").status_code == 200
-        latencies.append(time.perf_counter() - started)
+        answered_while_in_flight += any(sender.is_alive() for sender in senders)
         time.sleep(0.01)
     for sender in senders:
         sender.join()
     assert sorted(answers) == [400, 400, 400, 400]
-    assert max(latencies, default=0.0) < 2.0  # the figure (< 250 ms) is the bench's: here, never stuck
+    # The mechanism, not a latency (the < 250 ms figure is the bench's): /healthz kept answering
+    # while the hostile bodies were still being sent and refused, so the loop was never held.
+    assert answered_while_in_flight >= 1
 

@@ -37,7 +37,7 @@ TRACESTATE = "ibex=e2e"
 SERVER, INTERNAL = 2, 1  # opentelemetry.proto.trace.v1.Span.SpanKind
 GRPC_SPAN = "ibex.context.v1.ContextAssemblyService/AssembleContext"
 HTTP_SPAN = "POST /v1/context:assemble"
-STAGES = {"budget", "screening", "packing", "formatting", "final_count"}
+STAGES = {"budget", "scoring_and_packing", "formatting", "final_count"}
 BRANCHES = {"directive", "hot", "cold"}
 FAST_EXPORT = {"OTEL_BSP_SCHEDULE_DELAY": "20"}  # ms: spans leave quickly, so the test waits little
 
@@ -152,7 +152,7 @@ async def test_a_grpc_call_with_a_traceparent_is_one_trace_from_the_caller_to_th
     assert server.attributes["ibex.tokens_used"] == response.tokens_used
     assert branches["hot"].attributes["ibex.branch.candidates"] == len(MEMORIES)
     assert branches["directive"].attributes["ibex.branch.candidates"] == 1
-    packing = next(s for s in spans if s.name == "packing" and s.parent_span_id == server.span_id)
+    packing = next(s for s in spans if s.name == "scoring_and_packing" and s.parent_span_id == server.span_id)
     assert packing.attributes["ibex.packing.included"] == response.memories_included
     assert packing.attributes["ibex.packing.evaluated"] == response.metrics.candidates_evaluated
     assert packing.attributes["ibex.packing.path"]
@@ -310,7 +310,7 @@ async def test_a_broken_or_absent_collector_never_fails_an_answer(
         metrics = service.app.metrics.registry
         assert metrics.get_sample_value("ibex_context_requests_total", {
             "surface": "grpc", "method": "AssembleContext", "code": "OK"}) == 5
-        # 5 calls x 9 spans through a queue of 8 whose worker is stuck or failing: drops, counted
+        # 5 calls x 8 spans through a queue of 8 whose worker is stuck or failing: drops, counted
         processor = service.app.tracing.processor
         assert processor is not None
         assert metrics.get_sample_value("ibex_context_trace_spans_dropped_total") == processor.dropped

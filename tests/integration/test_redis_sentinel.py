@@ -104,24 +104,30 @@ async def test_failover_reads_resume_within_5_s_and_never_cross_tenants(
                 outcomes.append((time.monotonic(), "ok"))
             await asyncio.sleep(0.005)
 
+    async def reads_after(moment: float, count: int) -> None:
+        """Until ``count`` reads succeeded after ``moment`` (a hang guard, not a timing figure)."""
+        async with asyncio.timeout(60):
+            while sum(1 for t, outcome in outcomes if outcome == "ok" and t > moment) < count:
+                await asyncio.sleep(0.01)
+
     task = asyncio.create_task(reader())
-    await asyncio.sleep(0.5)
+    await reads_after(0.0, 20)
     old_master_port = cluster.master_port()
     started = time.monotonic()
     await asyncio.to_thread(cluster.failover)
     switched = time.monotonic()
     assert cluster.master_port() == cluster.replica.port != old_master_port
-    await asyncio.sleep(1.0)
+    await reads_after(switched, 20)
     cluster.master.stop()  # from here only the new master can answer
     killed = time.monotonic()
-    await asyncio.sleep(1.5)
+    await reads_after(killed, 20)
     stop.set()
     await task
 
     assert crossed == []
     successes = [t for t, outcome in outcomes if outcome == "ok"]
     assert successes and successes[0] < started, "reads worked before the failover"
-    assert any(t > killed + 0.2 for t in successes), "reads resumed on the new master"
+    assert sum(t > killed for t in successes) >= 20, "reads resumed on the new master"
     gaps = [b - a for a, b in zip([started, *successes], successes) if b > started]
     assert max(gaps) < RESUME_BOUND_S, f"longest gap without a read {max(gaps):.2f} s"
     failures_after = [t for t, outcome in outcomes if outcome != "ok" and t > killed + RESUME_BOUND_S]

@@ -25,7 +25,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from entrypoints.cli import main as cli_main
 from entrypoints.observability.logs import JsonFormatter
-from entrypoints.observability.span_export import CountingBatchSpanProcessor, CountingExporter, build_provider, sampler
+from entrypoints.observability.span_export import CountingExporter, build_provider, sampler
 from entrypoints.observability.tracing import EdgeTracing, Tracing, describe, open_tracing
 from entrypoints.settings import OTEL_READ_BY_SDK, Settings, SettingsError
 
@@ -311,6 +311,16 @@ def test_log_lines_carry_the_current_spans_ids_and_only_then() -> None:
     assert "trace_id" not in outside and "span_id" not in outside
     assert (inside["trace_id"], inside["span_id"]) == (TRACE_ID, PARENT_ID)
     assert inside["request_trace_id"] == "the request's own"
+
+
+def test_the_resource_hash_is_computed_once_and_equal_to_the_plain_one() -> None:
+    from opentelemetry.sdk.resources import Resource
+
+    from entrypoints.observability.span_export import HashedResource
+
+    plain = Resource.create({"service.name": "ibex-context"})
+    hashed = HashedResource(plain)
+    assert hash(hashed) == hash(plain) and hashed == plain and {plain: 1}[hashed] == 1
 
 
 def test_open_tracing_with_an_endpoint_builds_a_private_provider() -> None:

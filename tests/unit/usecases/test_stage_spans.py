@@ -13,11 +13,17 @@ from ports.tracing import NO_SPAN, NO_TRACER
 from tests.fakes.nonce_source import FixedNonceSource
 from tests.fakes.token_counter import StaticCounters
 from tests.fakes.tracer import RecordingTracer
-from tests.unit.usecases.scripted import ORG, ScriptedDirectiveStore, StaticCatalog, make_hit
+from tests.unit.usecases.scripted import (
+    ORG,
+    RealTimeClock,
+    ScriptedDirectiveStore,
+    ScriptedMemorySource,
+    StaticCatalog,
+    make_hit,
+)
 from tests.unit.usecases.test_assemble_context import COUNTER, FAMILY, FAST, MODELS, NEVER_S, both, request
-from tests.unit.usecases.scripted import RealTimeClock, ScriptedMemorySource
 
-STAGES = ["budget", "screening", "packing", "formatting", "final_count"]
+STAGES = ["budget", "scoring_and_packing", "formatting", "final_count"]
 
 
 def traced(memories: ScriptedMemorySource, tracer: RecordingTracer, directive: object = Directive("Keep it secret."),
@@ -49,13 +55,13 @@ async def test_every_stage_is_one_span_with_counts_and_outcomes() -> None:
     assert [s.name for s in tracer.stages if not s.name.startswith("retrieval.")] == STAGES
     assert all(s.parent is None and s.ended and not s.error for s in tracer.stages)  # children of the caller's span
 
-    packing = tracer.named("packing")[0].attributes
+    packing = tracer.named("scoring_and_packing")[0].attributes
     assert packing["ibex.packing.path"] == result.packing_path
     assert packing["ibex.packing.evaluated"] == result.metrics.candidates_evaluated
     assert packing["ibex.packing.included"] == result.memories_included
     assert tracer.named("budget")[0].attributes["ibex.budget.usable"] == result.usable_budget
     assert tracer.named("final_count")[0].attributes["ibex.count.tokens_used"] == result.tokens_used
-    screening = tracer.named("screening")[0].attributes
+    screening = packing  # one span for scoring, screening and packing
     assert screening["ibex.screening.ranked"] + screening["ibex.screening.excluded"] == len(result.memories_used)
     assert screening["ibex.screening.malformed"] == 1 and "ibex.screening.fenced" not in screening  # only when some
 
