@@ -264,6 +264,22 @@ class RedisDirectiveStore(DirectiveStore):
         raw = await self._bounded_get(key, timeout_s)
         return None if raw is None else parse_envelope(key, raw)
 
+    async def ping(self, *, timeout_s: float) -> None:
+        """Open a pooled connection and PING it (start-up warm-up: no key is read).
+
+        Raises:
+            DirectiveStoreError: closed store, unreachable Redis, or no answer within ``timeout_s``.
+        """
+        if self._closed:
+            raise DirectiveStoreError("directive store is closed")
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._client.ping()
+        except TimeoutError as e:
+            raise DirectiveStoreTimeoutError(f"PING timeout after {timeout_s * 1000:.3g} ms") from e
+        except (RedisError, OSError) as e:
+            raise DirectiveStoreError(f"PING failed: {e}") from e
+
     async def close(self) -> None:
         """Close the client and its pool; later calls raise DirectiveStoreError. Idempotent."""
         if self._closed:

@@ -19,7 +19,6 @@ on wall-clock noise from other processes as much as latency does:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import subprocess
 import sys
@@ -41,11 +40,12 @@ from adapters.system_clock import SystemClock
 from adapters.text_profiles import CachedTextProfiles
 from adapters.token_counters import TokenCountersRegistry
 from bench.load import cpu_seconds
-from domain.model.assembly import SCORE_POLICIES, SCORE_SCHEMA_RELEVANCE, AssembleRequest
+from domain.model.assembly import SCORE_POLICIES, AssembleRequest, ScoreSchema
 from domain.model.directive import Directive
 from domain.model.memory import HotQuery, SearchQuery
 from domain.model.messages import Message
-from domain.usecases.assemble_context import AssembleContext, AssemblyConfig
+from domain.usecases.assemble_context import AssembleContext
+from entrypoints.settings import Settings
 from tests.support.memory_server import MemoryServerProcess
 from tests.support.redis_server import RedisServer, free_port
 from tests.unit.usecases.scripted import ScriptedDirectiveStore, ScriptedMemorySource
@@ -140,14 +140,14 @@ async def assembly_floor(memory: MemoryServerProcess, calls: int) -> dict[str, f
             directives=ScriptedDirectiveStore(Directive("Answer briefly and cite the memory ids you used.")),
             memories=ScriptedMemorySource(hot=hot, cold=cold), catalog=JsonModelCatalog.builtin(), counters=counters,
             clock=SystemClock(), nonces=SecretsNonceSource(), profiles=CachedTextProfiles(),
-            config=AssemblyConfig(hot_limit=LIMIT, cold_limit=LIMIT, wall_s=1.0, directive_timeout_s=1.0,
-                                  hot_timeout_s=1.0, cold_timeout_s=1.0, score_policy=policy))
+            config=Settings().assembly_config(hot_limit=LIMIT, cold_limit=LIMIT, wall_s=1.0, directive_timeout_s=1.0,
+                                              hot_timeout_s=1.0, cold_timeout_s=1.0, score_policy=policy))
         for available, budget in ((0, ""), (2000, ", 2,000 tokens")):
             request = AssembleRequest(
                 org_id=memory.org_id, agent_id=memory.agent_id, model="gpt-4o", query=QUERY, available_tokens=available,
                 recent_messages=(Message("user", "What did we decide about the weekly budget report?"),))
             result = await use_case.execute(request)
-            label = "" if policy == SCORE_SCHEMA_RELEVANCE else f" with {policy}"
+            label = "" if policy == ScoreSchema.RELEVANCE else f" with {policy}"
             name = f"assembly{label}{budget}, I/O in-process ({len(result.memories_used)} candidates)"
             figures[name] = await cpu_per_call(lambda: use_case.execute(request), calls)
     return figures

@@ -55,9 +55,11 @@ from adapters.token_counters import TokenCountersRegistry
 from bench import quality_data
 from bench.quality_data import Dataset, Question
 from adapters.text_profiles import CachedTextProfiles
-from domain.model.assembly import SCORE_POLICIES, SCORE_SCHEMA_INTERIM, AssembleRequest, AssemblyResult
+from domain.model.assembly import SCORE_POLICIES, ScoreSchema, AssembleRequest, AssemblyResult
 from domain.relevance_policy import RelevancePolicy
-from domain.usecases.assemble_context import AssembleContext, AssemblyConfig
+from domain.usecases.assemble_context import AssembleContext
+from domain.usecases.assembly_config import AssemblyConfig
+from entrypoints.settings import Settings
 
 MODEL = "gpt-4o-mini"
 POLICIES = ("interim_v1", "relevance_v1")
@@ -155,12 +157,15 @@ def search_top_k(result: AssemblyResult) -> set[str]:
 
 
 def config_for(policy: str, hot_limit: int | None, cold_limit: int | None,
-               relevance: RelevancePolicy = RelevancePolicy()) -> AssemblyConfig:
+               relevance: RelevancePolicy | None = None) -> AssemblyConfig:
+    """The service's configuration (its declared defaults) with generous walls, ``policy``, and the
+    limits and relevance_v1 parameters given (None: the service's)."""
     if policy not in SCORE_POLICIES:
         raise SystemExit(f"bench.quality: unknown score policy {policy!r} (known: {', '.join(SCORE_POLICIES)})")
     limits = {name: value for name, value in (("hot_limit", hot_limit), ("cold_limit", cold_limit)) if value is not None}
-    return AssemblyConfig(wall_s=GENEROUS_S, directive_timeout_s=GENEROUS_S, hot_timeout_s=GENEROUS_S,
-                          cold_timeout_s=GENEROUS_S, score_policy=policy, relevance=relevance, **limits)
+    tuned = {} if relevance is None else {"relevance": relevance}
+    return Settings().assembly_config(wall_s=GENEROUS_S, directive_timeout_s=GENEROUS_S, hot_timeout_s=GENEROUS_S,
+                                      cold_timeout_s=GENEROUS_S, score_policy=policy, **limits, **tuned)
 
 
 async def load(dataset: Dataset, memories: EmbeddedMemoryStore, directives: EmbeddedDirectiveStore,
@@ -180,7 +185,7 @@ async def load(dataset: Dataset, memories: EmbeddedMemoryStore, directives: Embe
 
 async def measure(dataset: Dataset, configs: dict[str, AssemblyConfig], budgets: Sequence[int]) -> dict[str, Any]:
     truth = Truth(dataset)
-    rows = [*configs, *((TOP_K,) if SCORE_SCHEMA_INTERIM in configs else ())]
+    rows = [*configs, *((TOP_K,) if ScoreSchema.INTERIM in configs else ())]
     tallies = {(p, b): Tally() for p in rows for b in budgets}
     exclusions: dict[str, Counter[str]] = {p: Counter() for p in configs}
     schemas: dict[str, set[str]] = {p: set() for p in configs}
@@ -212,7 +217,7 @@ async def measure(dataset: Dataset, configs: dict[str, AssemblyConfig], budgets:
                         tally = tallies[(policy, budget)]
                         tally.cpu_s += time.process_time() - started
                         truth.add(tally, question, result)
-                        if policy == SCORE_SCHEMA_INTERIM:
+                        if policy == ScoreSchema.INTERIM:
                             truth.add(tallies[(TOP_K, budget)], question, result, search_top_k(result))
                         exclusions[policy].update(r.detail for r in result.memories_used if r.exclusion != INCLUDED)
                         schemas[policy].add(result.score_schema)
@@ -269,11 +274,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--policies", type=lambda s: tuple(p.strip() for p in s.split(",") if p.strip()),
                         default=POLICIES, help="comma-separated score policies (default: %(default)s)")
     parser.add_argument("--budgets", type=_numbers, default=BUDGETS, help="comma-separated available_tokens values")
-    parser.add_argument("--hot-limit", type=int, help="AssemblyConfig.hot_limit (default: the config's)")
-    parser.add_argument("--cold-limit", type=int, help="AssemblyConfig.cold_limit (default: the config's)")
-    defaults = RelevancePolicy()
-    parser.add_argument("--floor", type=float, default=defaults.floor, help="relevance_v1 floor (%(default)s)")
-    parser.add_argument("--sharpness", type=float, default=defaults.sharpness, help="relevance_v1 sharpness (%(default)s)")
+    defaults = Settings()  # the service's declared defaults (entrypoints.settings)
+    parser.add_argument("--hot-limit", type=int, help=f"hot memories asked for (default: the service's, {defaults.hot_limit})")
+    parser.add_argument("--cold-limit", type=int,
+                        help=f"search hits asked for (default: the service's, {defaults.cold_limit})")
+    parser.add_argument("--floor", type=float, default=defaults.relevance_floor, help="relevance_v1 floor (%(default)s)")
+    parser.add_argument("--sharpness", type=float, default=defaults.relevance_sharpness,
+                        help="relevance_v1 sharpness (%(default)s)")
     parser.add_argument("--hot-slots", type=int, default=defaults.hot_slots, help="relevance_v1 hot slots (%(default)s)")
     parser.add_argument("--core-slots", type=int, default=defaults.core_slots, help="relevance_v1 core slots (%(default)s)")
     parser.add_argument("--quick", action="store_true", help="a small run (for the smoke test)")

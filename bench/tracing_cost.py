@@ -37,7 +37,7 @@ from domain.model.assembly import AssembleRequest
 from domain.model.directive import Directive
 from domain.model.memory import HotQuery, SearchQuery
 from domain.model.messages import Message
-from domain.usecases.assemble_context import AssembleContext, AssemblyConfig
+from domain.usecases.assemble_context import AssembleContext
 from entrypoints.observability.tracing import EdgeTracing, Tracing, annotate_assembly, open_tracing
 from entrypoints.settings import Settings
 from ports.tracing import NO_TRACER, Tracer
@@ -70,8 +70,8 @@ async def main_async(args: argparse.Namespace) -> None:
             directives=ScriptedDirectiveStore(Directive("Answer briefly and cite the memory ids you used.")),
             memories=ScriptedMemorySource(hot=hot, cold=cold), catalog=JsonModelCatalog.builtin(), counters=counters,
             clock=SystemClock(), nonces=SecretsNonceSource(), profiles=CachedTextProfiles(), tracer=tracer,
-            config=AssemblyConfig(hot_limit=LIMIT, cold_limit=LIMIT, wall_s=1.0, directive_timeout_s=1.0,
-                                  hot_timeout_s=1.0, cold_timeout_s=1.0))
+            config=Settings().assembly_config(hot_limit=LIMIT, cold_limit=LIMIT, wall_s=1.0, directive_timeout_s=1.0,
+                                              hot_timeout_s=1.0, cold_timeout_s=1.0))
 
     collector = subprocess.Popen([sys.executable, "-m", "tests.support.otlp_receiver", "--discard"],
                                  stdout=subprocess.PIPE, text=True)

@@ -37,6 +37,8 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
+import enum
+
 import attrs
 import numpy as np
 
@@ -54,6 +56,17 @@ _WINDOW = 8
 _DIRECT_ROWS = 24
 
 
+class PackingPath(enum.StrEnum):
+    """How the selection was found (the module docstring says when each applies)."""
+
+    EMPTY = "empty"
+    NO_BUDGET = "no_budget"
+    ALL_FIT = "all_fit"
+    EXACT_DP = "exact_dp"
+    EXACT_DP_BY_SCORE = "exact_dp_by_score"
+    EXACT_DP_BLOCKED = "exact_dp_blocked"
+
+
 @attrs.frozen
 class PackItem:
     key: str
@@ -68,7 +81,7 @@ class PackResult:
     selected: tuple[str, ...] = attrs.field(converter=tuple)
     total_cost: int
     total_score: float
-    path: str
+    path: PackingPath
     evaluated: int
     budget_excluded: tuple[str, ...] = attrs.field(converter=tuple)
     budget_reached: bool
@@ -102,7 +115,7 @@ def pack(items: Sequence[PackItem], budget: int) -> PackResult:
     _check_budget(budget)
     table = _canonical_table(items)
     if not table.keys:
-        return _result(table, np.zeros(0, dtype=bool), "empty", budget)
+        return _result(table, np.zeros(0, dtype=bool), PackingPath.EMPTY, budget)
     selected, path = _choose(table, min(budget, _MAX_CAPACITY))
     return _result(table, selected, path, budget)
 
@@ -177,15 +190,15 @@ def _score_units(scores: np.ndarray) -> np.ndarray:
     return units
 
 
-def _choose(table: _Table, budget: int) -> tuple[np.ndarray, str]:
+def _choose(table: _Table, budget: int) -> tuple[np.ndarray, PackingPath]:
     """Selection mask over the canonical order, and the path that produced it."""
     live = table.units > 0
     selected = live & (table.costs == 0)
     if budget == 0:
-        return selected, "no_budget"
+        return selected, PackingPath.NO_BUDGET
     paid = live & (table.costs > 0) & (table.costs <= budget)
     if int(table.costs[paid].sum()) <= budget:
-        return selected | paid, "all_fit"
+        return selected | paid, PackingPath.ALL_FIT
     candidates = paid.nonzero()[0]
     fixed_in, core = _reduce(table.costs[candidates], table.units[candidates], budget)
     fixed_in, core = candidates[fixed_in], candidates[core]
@@ -283,7 +296,7 @@ def _reduce(costs: np.ndarray, units: np.ndarray, capacity: int) -> tuple[np.nda
     return fixed_in, kept
 
 
-def _solve_core(costs: np.ndarray, units: np.ndarray, room: int) -> tuple[np.ndarray, str]:
+def _solve_core(costs: np.ndarray, units: np.ndarray, room: int) -> tuple[np.ndarray, PackingPath]:
     """Exact DP over the core (canonical order); returns picked core positions and the path.
 
     The DP runs over the smaller of two axes: token capacity (best score per capacity) or,
@@ -299,16 +312,16 @@ def _solve_core(costs: np.ndarray, units: np.ndarray, room: int) -> tuple[np.nda
     step = _gcd(values)
     span = int(values.sum()) // step
     if span < capacity and weights.size * 2 * (span + 1) <= _BLOCK_CELLS:
-        return fits[_least_cost_trace(weights, values // step, capacity)], "exact_dp_by_score"
+        return fits[_least_cost_trace(weights, values // step, capacity)], PackingPath.EXACT_DP_BY_SCORE
     zeros = np.zeros(capacity + 1, dtype=np.int64)
     if weights.size * (2 * capacity + 1) <= _BLOCK_CELLS:
         rows, pad = _suffix_rows(weights, values, zeros, _UNREACHABLE, np.maximum)
         start = _cheapest_optimum(rows[0, pad:])
-        return fits[_trace(rows, pad, weights, values, 0, start)], "exact_dp"
+        return fits[_trace(rows, pad, weights, values, 0, start)], PackingPath.EXACT_DP
     start = _cheapest_optimum(_suffix_values(weights, values, zeros))
     picked: list[int] = []
     _solve_blocked(weights, values, 0, weights.size, zeros[: start + 1], picked)
-    return fits[np.array(picked, dtype=np.intp)], "exact_dp_blocked"
+    return fits[np.array(picked, dtype=np.intp)], PackingPath.EXACT_DP_BLOCKED
 
 
 def _gcd(numbers: np.ndarray) -> int:
@@ -409,7 +422,7 @@ def _solve_blocked(weights, values, lo: int, hi: int, tail: np.ndarray, picked: 
     return used + _solve_blocked(weights, values, mid, hi, tail[: tail.size - used], picked)
 
 
-def _result(table: _Table, selected: np.ndarray, path: str, budget: int) -> PackResult:
+def _result(table: _Table, selected: np.ndarray, path: PackingPath, budget: int) -> PackResult:
     total_cost = int(table.costs[selected].sum())
     if total_cost > budget:
         raise PackerInvariantError(f"packer selection costs {total_cost} > budget {budget}")

@@ -130,32 +130,48 @@ class DuplicateIndex:
     def __init__(self, jaccard: float) -> None:
         self._jaccard = jaccard
         self._keys: set[str] = set()
-        self._by_term: dict[str, list[frozenset[str]]] = {}
+        self._by_term: dict[str, list[tuple[int, int]]] = {}  # prefix term -> (terms as bits, size) kept
+        self._bits: dict[str, int] = {}  # each term seen by this index -> its bit
 
     def find_or_add(self, text: TextProfile) -> bool:
-        """True if ``text`` nearly duplicates a kept profile; otherwise keep it and say False."""
+        """True if ``text`` nearly duplicates a kept profile; otherwise keep it and say False.
+
+        Term sets are compared as bit sets over the terms this index has seen (one bit each), so
+        the size of an intersection is one ``&`` and a popcount.
+        """
         if text.key in self._keys:
             return True
         terms, jaccard = text.terms, self._jaccard
         size = len(terms)
         low, high = jaccard * size, size / jaccard  # the sizes a near duplicate can have
         prefix = text.ordered_terms[: size - math.ceil(low - 1e-9) + 1]
+        mask = self._mask(terms)
         by_term = self._by_term
-        seen: set[frozenset[str]] = set()
+        seen: set[int] = set()
         for term in prefix:
-            for kept in by_term.get(term, ()):
+            for kept, other in by_term.get(term, ()):
                 if kept in seen:
                     continue
                 seen.add(kept)
-                other = len(kept)
                 if low <= other <= high:
-                    shared = len(terms & kept)
+                    shared = (mask & kept).bit_count()
                     if shared >= jaccard * (size + other - shared):
                         return True
         self._keys.add(text.key)
+        entry = (mask, size)
         for term in prefix:
-            by_term.setdefault(term, []).append(terms)
+            by_term.setdefault(term, []).append(entry)
         return False
+
+    def _mask(self, terms: frozenset[str]) -> int:
+        bits = self._bits
+        mask = 0
+        for term in terms:
+            bit = bits.get(term)
+            if bit is None:
+                bit = bits[term] = 1 << len(bits)
+            mask |= bit
+        return mask
 
 
 def _rare_first(term: str) -> tuple[int, str]:

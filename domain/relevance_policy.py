@@ -37,24 +37,24 @@ from datetime import datetime
 
 import attrs
 
+from domain.model.assembly import ExclusionDetail
 from domain.model.memory import MemoryHit
 from domain.relevance import DuplicateIndex, QueryTerms, TextProfile, bm25, profile, query_terms
 from domain.scoring import NEUTRAL_USEFULNESS, ScoredCandidate, clamp_unit, recency_factor
 from ports.text_profiles import TextProfiles
 
-DETAIL_BELOW_FLOOR = "below_relevance_floor"
-DETAIL_NEAR_DUPLICATE = "near_duplicate"
-DETAIL_HOT_BOUND = "hot_bound"
-DETAIL_DUPLICATE = "duplicate"
 CORE_CATEGORIES = frozenset({"preference", "behavioral"})
 
 
 @attrs.frozen
 class RelevancePolicy:
-    floor: float = attrs.field(default=0.3, validator=attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.le(1.0)))
-    sharpness: float = attrs.field(default=5.0, validator=attrs.validators.and_(attrs.validators.ge(1.0), attrs.validators.le(16.0)))
-    hot_slots: int = attrs.field(default=4, validator=attrs.validators.ge(0))
-    core_slots: int = attrs.field(default=2, validator=attrs.validators.ge(0))
+    # The four tuned parameters have no defaults here: entrypoints.settings declares them (default,
+    # bounds, variable) and builds the policy (``Settings().relevance_policy()``); these validators
+    # keep the policy's own invariants. The other fields are constants of the method.
+    floor: float = attrs.field(kw_only=True, validator=attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.le(1.0)))
+    sharpness: float = attrs.field(kw_only=True, validator=attrs.validators.and_(attrs.validators.ge(1.0), attrs.validators.le(16.0)))
+    hot_slots: int = attrs.field(kw_only=True, validator=attrs.validators.ge(0))
+    core_slots: int = attrs.field(kw_only=True, validator=attrs.validators.ge(0))
     duplicate_jaccard: float = attrs.field(default=0.8, validator=attrs.validators.and_(attrs.validators.gt(0.0), attrs.validators.le(1.0)))
     confidence_weight: float = attrs.field(default=0.15, validator=attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.le(1.0)))
     core_categories: frozenset[str] = attrs.field(default=CORE_CATEGORIES, converter=frozenset)
@@ -96,7 +96,7 @@ def screen(
     relevance = _relevance(hits, searched, texts, terms)
     grounded = bool(terms) or any(searched)  # else nothing to be relevant to: no floor, no hot bound
     scored = [_scored(hit, r, policy.utility(r, clamp_unit(hit.confidence)), now) for hit, r in zip(hits, relevance, strict=True)]
-    excluded = [(_scored(hit, 0.0, 0.0, now), DETAIL_DUPLICATE) for hit in duplicates]
+    excluded = [(_scored(hit, 0.0, 0.0, now), ExclusionDetail.DUPLICATE) for hit in duplicates]
 
     below = [i for i, r in enumerate(relevance) if grounded and r < policy.floor]
     core = sorted(
@@ -106,7 +106,7 @@ def screen(
     for i in core:
         scored[i] = attrs.evolve(scored[i], score=policy.core_utility)
     floored = set(below) - set(core)
-    excluded.extend((scored[i], DETAIL_BELOW_FLOOR) for i in sorted(floored))
+    excluded.extend((scored[i], ExclusionDetail.BELOW_RELEVANCE_FLOOR) for i in sorted(floored))
 
     kept: list[ScoredCandidate] = []
     copies = DuplicateIndex(policy.duplicate_jaccard)
@@ -114,9 +114,9 @@ def screen(
     for i in sorted((i for i in range(len(hits)) if i not in floored), key=lambda i: scored[i].canonical_key):
         bounded = not searched[i] and grounded
         if bounded and hot_left <= 0:
-            excluded.append((scored[i], DETAIL_HOT_BOUND))
+            excluded.append((scored[i], ExclusionDetail.HOT_BOUND))
         elif copies.find_or_add(texts[i]):
-            excluded.append((scored[i], DETAIL_NEAR_DUPLICATE))
+            excluded.append((scored[i], ExclusionDetail.NEAR_DUPLICATE))
         else:
             hot_left -= bounded
             kept.append(scored[i])

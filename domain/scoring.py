@@ -19,7 +19,7 @@ from datetime import datetime
 
 import attrs
 
-from domain.model.assembly import SCORE_SCHEMA_INTERIM, SCORE_SCHEMA_WEIGHTED, AssemblyOptions
+from domain.model.assembly import AssemblyOptions, ScoreSchema
 from domain.model.memory import MemoryHit
 
 INTERIM_SIMILARITY_WEIGHT = 0.85
@@ -69,10 +69,10 @@ def recency_factor(category: str, created_at: datetime | None, now: datetime) ->
     return math.exp(-_LN2 * age_days / half_life)
 
 
-def score_schema(options: AssemblyOptions, policy: str = SCORE_SCHEMA_INTERIM) -> str:
+def score_schema(options: AssemblyOptions, policy: ScoreSchema = ScoreSchema.INTERIM) -> ScoreSchema:
     """The schema that applies: request weights > 0 select ``weighted_v1`` (SPEC 2.12), otherwise
     the configured ``policy`` (``relevance_v1`` by default, or the reference's ``interim_v1``)."""
-    return SCORE_SCHEMA_WEIGHTED if options.uses_weights else policy
+    return ScoreSchema.WEIGHTED if options.uses_weights else policy
 
 
 def score_hit(hit: MemoryHit, options: AssemblyOptions, now: datetime) -> ScoredCandidate:

@@ -10,4 +10,4 @@ class NonceSource(Protocol):
     @abstractmethod
     def new_nonce(self, n_bytes: int) -> str:
         """A fresh nonce carrying ``n_bytes`` bytes of entropy, made of ASCII letters and digits
-        only, ``representative_nonce_length(n_bytes)`` characters long."""
+        only, ``(4 * n_bytes + 2) // 3`` characters long (the length of ``secrets.token_urlsafe(n_bytes)``)."""

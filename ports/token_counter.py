@@ -13,19 +13,14 @@ class TokenCounter(Protocol):
     def kind(self) -> str:
         """The estimate kind, e.g. "exact_o200k_base" or "chars_div_4"."""
 
-    @property
-    @abstractmethod
-    def is_exact(self) -> bool:
-        """True when counts are the tokenizer's own, not an estimate."""
-
     @abstractmethod
     def count(self, text: str) -> int:
         """Number of tokens of ``text`` (0 for ""). Pure and deterministic; never raises."""
 
     @abstractmethod
-    def count_joined(self, parts: Sequence[str]) -> int:
-        """Exactly ``count("".join(parts))``. Implementations may add up per-part counts only
-        where that is provably equal (e.g. at boundaries their tokenizer never crosses)."""
+    def count_each(self, texts: Sequence[str]) -> tuple[int, ...]:
+        """``tuple(count(t) for t in texts)``: one call to price many texts (the candidates'
+        memory elements); an implementation may share work between them."""
 
 
 class TokenCounters(Protocol):

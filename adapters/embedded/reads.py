@@ -22,9 +22,7 @@ from adapters.embedded.records import decode_tags, from_micros
 from adapters.embedded.scoring import (
     BM25_B,
     BM25_K1,
-    DEFAULT_HALF_LIFE_DAYS,
     FREQUENCY_SATURATION,
-    HALF_LIFE_DAYS,
     HOT_CONFIDENCE_WEIGHT,
     HOT_FREQUENCY_WEIGHT,
     HOT_RECENCY_WEIGHT,
@@ -37,6 +35,7 @@ from adapters.embedded.scoring import (
 )
 from adapters.embedded.validation import canonical_uuid_or_none
 from domain.model.memory import DroppedItem, HotQuery, MemoryBatch, MemoryHit, SearchQuery
+from domain.scoring import CATEGORY_HALF_LIFE_DAYS, UNKNOWN_CATEGORY_HALF_LIFE_DAYS
 
 DEFAULT_MIN_SIMILARITY = 0.15
 MAX_QUERY_WORDS = 64
@@ -49,8 +48,8 @@ _HIT_COLUMNS = (
 )
 _HALF_LIFE_SQL = (
     "CASE m.category "
-    + " ".join(f"WHEN '{name}' THEN {days!r}" for name, days in HALF_LIFE_DAYS.items())
-    + f" ELSE {DEFAULT_HALF_LIFE_DAYS!r} END"
+    + " ".join(f"WHEN '{name}' THEN {days!r}" for name, days in CATEGORY_HALF_LIFE_DAYS.items())
+    + f" ELSE {UNKNOWN_CATEGORY_HALF_LIFE_DAYS!r} END"
 )
 _HOT_SCORE_SQL = (
     f"{HOT_RELEVANCE_WEIGHT!r}"

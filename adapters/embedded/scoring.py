@@ -7,8 +7,9 @@ composite, computed at read time with the relevance component fixed at 1.0::
           + 0.05 * min(1, retrieval_count / 10)
     recency = exp(-ln 2 * age_days / half_life_days(category))
 
-Half-lives (days): factual 180, procedural 120, preference 45, behavioral 30, episodic 14; any
-other category 14. A memory dated in the future has age 0.
+Half-lives: the domain's (``domain.scoring.CATEGORY_HALF_LIFE_DAYS``; factual 180 days, procedural
+120, preference 45, behavioral 30, episodic 14, any other category 14). A memory dated in the
+future has age 0.
 
 Search ranking is Okapi BM25 (k1 = 1.2, b = 0.75, the constants of FTS5's ``bm25()``) over the
 terms of SQLite FTS5's tokenizer (``porter unicode61 remove_diacritics 2``: stems, case and
@@ -37,16 +38,8 @@ Feedback moves usefulness a step toward 1 (positive) or 0 (negative):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
-HALF_LIFE_DAYS: Mapping[str, float] = {
-    "factual": 180.0,
-    "procedural": 120.0,
-    "preference": 45.0,
-    "behavioral": 30.0,
-    "episodic": 14.0,
-}
-DEFAULT_HALF_LIFE_DAYS = 14.0
+from domain.scoring import CATEGORY_HALF_LIFE_DAYS, UNKNOWN_CATEGORY_HALF_LIFE_DAYS
 SECONDS_PER_DAY = 86_400.0
 
 HOT_RELEVANCE_WEIGHT = 0.40
@@ -65,7 +58,7 @@ FEEDBACK_STEP = 0.1
 
 
 def half_life_days(category: str) -> float:
-    return HALF_LIFE_DAYS.get(category, DEFAULT_HALF_LIFE_DAYS)
+    return CATEGORY_HALF_LIFE_DAYS.get(category, UNKNOWN_CATEGORY_HALF_LIFE_DAYS)
 
 
 def recency(age_seconds: float, category: str) -> float:

@@ -28,7 +28,8 @@ from urllib.parse import urlsplit
 
 from opentelemetry import propagate, trace
 
-from adapters.memory_http.decode import decode_batch, decode_feedback, error_code
+from adapters.memory_http.answer_memo import AnswerMemo
+from adapters.memory_http.decode import decode_feedback, error_code
 from adapters.memory_http.exchange import PooledExchange, Reply, Request
 from domain.model.feedback import FeedbackItem, FeedbackResult
 from domain.model.memory import CallContext, DroppedItem, HotQuery, MemoryBatch, SearchQuery
@@ -82,12 +83,13 @@ class HttpMemorySource(MemorySource, FeedbackSink):
         self._search_url = f"{self._base}/v1/memories/search"
         self._exchange = PooledExchange(pool_size=pool_size, drain_grace_s=drain_grace_s,
                                         max_body_bytes=max_body_bytes, keepalive_s=keepalive_s)
+        self._answers = AnswerMemo()
 
     async def hot(self, query: HotQuery, *, timeout_s: float) -> MemoryBatch:
         params = {"agent_id": query.agent_id, "limit": str(query.limit),
                   "min_confidence": str(float(query.min_confidence))}
         request = Request("GET", self._hot_url, self._headers(query.call), params=params)
-        return _fenced(decode_batch(_checked(await self._exchange.send(request, timeout_s=timeout_s)).body),
+        return _fenced(self._answers.batch(_checked(await self._exchange.send(request, timeout_s=timeout_s)).body),
                        query.org_id, query.agent_id)
 
     async def search(self, query: SearchQuery, *, timeout_s: float) -> MemoryBatch:
@@ -100,7 +102,7 @@ class HttpMemorySource(MemorySource, FeedbackSink):
         if query.tags:
             payload["tags"] = list(query.tags)
         request = Request("POST", self._search_url, self._headers(query.call, json_body=True), body=_json(payload))
-        return _fenced(decode_batch(_checked(await self._exchange.send(request, timeout_s=timeout_s)).body),
+        return _fenced(self._answers.batch(_checked(await self._exchange.send(request, timeout_s=timeout_s)).body),
                        query.org_id, query.agent_id)
 
     async def record(self, item: FeedbackItem, *, timeout_s: float) -> FeedbackResult:

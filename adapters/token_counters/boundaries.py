@@ -53,19 +53,6 @@ def split_lines(text: str) -> list[str]:
     return chunks
 
 
-def is_line_boundary(left: str, right: str) -> bool:
-    """True when the position between ``left`` and ``right`` is a line boundary of ``left + right``."""
-    if not left or not right or left[-1] not in "\r\n" or right[0] in "/\r\n":
-        return False
-    head = right.split("\n", 1)[0].split("\r", 1)[0]
-    return bool(head) and not head.isspace()
-
-
-def is_space_boundary(left: str, right: str) -> bool:
-    """True when the position between ``left`` and ``right`` is a space boundary of ``left + right``."""
-    return bool(left) and right[:1] == " " and not left[-1].isspace()
-
-
 def split_lines_by_regex(text: str) -> list[str]:
     """The regex statement of :func:`split_lines` (same result; slower without a "\\r")."""
     return _LINE_BOUNDARY.split(text)

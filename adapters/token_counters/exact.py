@@ -5,7 +5,8 @@ gzip text, one ``<base64 token> <rank>`` per line); nothing is downloaded. Each 
 at most once per process (:data:`PROCESS_ENCODINGS`).
 
 Counting cuts the text at *safe boundaries* and counts each chunk through a bounded LRU cache;
-the sum equals the tokenizer's count of the whole text (see :mod:`.boundaries`).
+the sum equals the tokenizer's count of the whole text (see :mod:`.boundaries`). Pricing many
+texts at once (:meth:`ExactTokenCounter.count_each`) counts the head they share once.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import base64
 import functools
 import gzip
 import importlib.util
+import os
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -26,7 +28,7 @@ import tiktoken
 from domain.model.errors import UnsupportedEstimateKindError
 from ports.token_counter import TokenCounter
 
-from .boundaries import is_line_boundary, is_space_boundary, split_lines, split_words
+from .boundaries import split_lines, split_words
 
 EXACT_O200K_BASE = "exact_o200k_base"
 EXACT_CL100K_BASE = "exact_cl100k_base"
@@ -185,9 +187,17 @@ class EncodingStore:
         return self._loads[name]
 
 
-def _meet_at_boundary(left: str, right: str) -> bool:
-    """Both non-empty: is the position between them a line or a space boundary?"""
-    return is_space_boundary(left, right) or (left[-1] in "\r\n" and is_line_boundary(left, right))
+def shared_head_length(texts: Sequence[str]) -> int:
+    """The length of a head every text starts with and ends at a space boundary of each (0: none).
+
+    The last space boundary inside the texts' common prefix: ``text[p - 1]`` is not whitespace
+    and ``text[p]`` is " ", both inside the prefix, so the position is a boundary of every text.
+    """
+    prefix = os.path.commonprefix((min(texts), max(texts)))
+    p = prefix.rfind(" ")
+    while p > 0 and prefix[p - 1].isspace():
+        p = prefix.rfind(" ", 0, p)
+    return max(p, 0)
 
 
 PROCESS_ENCODINGS = EncodingStore()
@@ -230,10 +240,6 @@ class ExactTokenCounter(TokenCounter):
     def kind(self) -> str:
         return self._kind
 
-    @property
-    def is_exact(self) -> bool:
-        return True
-
     def count(self, text: str) -> int:
         if not text:
             return 0
@@ -241,20 +247,15 @@ class ExactTokenCounter(TokenCounter):
             return self._cached_text_count(text)
         return self._count_uncached(text)
 
-    def count_joined(self, parts: Sequence[str]) -> int:
-        """Sum of per-part counts, merging neighbours that meet at neither a line nor a space boundary."""
-        total = 0
-        pending = ""
+    def count_each(self, texts: Sequence[str]) -> tuple[int, ...]:
+        """Per-text counts. Texts that share a head (memory elements share the tag with the
+        assembly's nonce) count it once; each one's rest is what repeats across calls."""
         count = self.count
-        for part in parts:
-            if not part:
-                continue
-            if pending and not _meet_at_boundary(pending, part):
-                pending += part
-                continue
-            total += count(pending)
-            pending = part
-        return total + count(pending)
+        cut = shared_head_length(texts) if len(texts) > 1 else 0
+        if not cut:
+            return tuple([count(text) for text in texts])
+        head = count(texts[0][:cut])
+        return tuple([head + count(text[cut:]) for text in texts])
 
     def cache_stats(self) -> ChunkCacheStats:
         """Hits and misses of the caches (a whole-text hit counts as a hit; a whole-text miss falls
@@ -264,14 +265,20 @@ class ExactTokenCounter(TokenCounter):
         return ChunkCacheStats(hits=chunks.hits + texts.hits, misses=chunks.misses, size=chunks.currsize)
 
     def _count_uncached(self, text: str) -> int:
-        return sum(map(self._count_line, split_lines(text)))
-
-    def _count_line(self, line: str) -> int:
-        if len(line) > self._max_cached_chunk_chars:
-            return self._encode_count(line)
-        if line.count(" ") <= self._word_split_max_spaces:
-            return sum(map(self._cached_count, split_words(line)))
-        return self._cached_count(line)
+        cached = self._cached_count
+        longest = self._max_cached_chunk_chars
+        split_at = self._word_split_max_spaces
+        total = 0
+        for line in split_lines(text):
+            spaces = line.count(" ")
+            if len(line) > longest:
+                total += self._encode_count(line)
+            elif 0 < spaces <= split_at:
+                for word in split_words(line):
+                    total += cached(word)
+            else:
+                total += cached(line)
+        return total
 
     def _encode_count(self, chunk: str) -> int:
         return len(self._encode(chunk))

@@ -17,15 +17,11 @@ class CharsDiv4Counter(TokenCounter):
     def kind(self) -> str:
         return CHARS_DIV_4
 
-    @property
-    def is_exact(self) -> bool:
-        return False
-
     def count(self, text: str) -> int:
         return (len(text) + 3) // 4
 
-    def count_joined(self, parts: Sequence[str]) -> int:
-        return (sum(map(len, parts)) + 3) // 4
+    def count_each(self, texts: Sequence[str]) -> tuple[int, ...]:
+        return tuple([(len(text) + 3) // 4 for text in texts])
 
 
 class RunesDiv35Counter(TokenCounter):
@@ -35,12 +31,8 @@ class RunesDiv35Counter(TokenCounter):
     def kind(self) -> str:
         return RUNES_DIV_3_5
 
-    @property
-    def is_exact(self) -> bool:
-        return False
-
     def count(self, text: str) -> int:
         return (len(text) * 2 + 6) // 7
 
-    def count_joined(self, parts: Sequence[str]) -> int:
-        return (sum(map(len, parts)) * 2 + 6) // 7
+    def count_each(self, texts: Sequence[str]) -> tuple[int, ...]:
+        return tuple([(len(text) * 2 + 6) // 7 for text in texts])

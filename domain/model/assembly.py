@@ -2,28 +2,59 @@
 
 from __future__ import annotations
 
+import enum
+
 import attrs
 
 from domain.model.messages import Message
 
-SCORE_SCHEMA_INTERIM = "interim_v1"
-SCORE_SCHEMA_WEIGHTED = "weighted_v1"
-SCORE_SCHEMA_RELEVANCE = "relevance_v1"
-SCORE_POLICIES = (SCORE_SCHEMA_RELEVANCE, SCORE_SCHEMA_INTERIM)  # selectable when no request weight is > 0
 
-DEGRADATION_L0 = "L0"
-DEGRADATION_L1 = "L1"
-DEGRADATION_L2 = "L2"
+class ScoreSchema(enum.StrEnum):
+    INTERIM = "interim_v1"
+    WEIGHTED = "weighted_v1"  # chosen by the request: any weight > 0
+    RELEVANCE = "relevance_v1"
 
-OUTCOME_SUCCESS = "success"
-OUTCOME_TIMEOUT = "timeout"
-OUTCOME_ERROR = "error"
-OUTCOME_DENIED = "denied"
-OUTCOME_SKIPPED = "skipped"
 
-EXCLUSION_INCLUDED = "included"
-EXCLUSION_BUDGET = "budget"
-EXCLUSION_FILTER = "filter"
+SCORE_POLICIES = (ScoreSchema.RELEVANCE, ScoreSchema.INTERIM)  # selectable when no request weight is > 0
+
+
+class DegradationLevel(enum.StrEnum):
+    L0 = "L0"  # both memory sides usable
+    L1 = "L1"  # one side unusable
+    L2 = "L2"  # neither: directive only
+
+
+class Branch(enum.StrEnum):
+    DIRECTIVE = "directive"
+    HOT = "hot"
+    COLD = "cold"
+
+
+class BranchOutcome(enum.StrEnum):
+    SUCCESS = "success"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+    DENIED = "denied"
+    SKIPPED = "skipped"
+
+
+class Exclusion(enum.StrEnum):
+    INCLUDED = "included"
+    BUDGET = "budget"
+    FILTER = "filter"
+
+
+class ExclusionDetail(enum.StrEnum):
+    """Why a candidate was left out (a source's own reason for a malformed item is free text)."""
+
+    NONE = ""  # included
+    BUDGET = "budget"
+    MAX_MEMORIES = "max_memories"
+    TENANT_MISMATCH = "tenant_mismatch"
+    DUPLICATE = "duplicate"
+    BELOW_RELEVANCE_FLOOR = "below_relevance_floor"
+    NEAR_DUPLICATE = "near_duplicate"
+    HOT_BOUND = "hot_bound"
 
 
 @attrs.frozen
@@ -69,8 +100,8 @@ class AssembleRequest:
 
 @attrs.frozen
 class BranchStatus:
-    name: str  # "directive" | "hot" | "cold"
-    outcome: str  # success | timeout | error | denied | skipped
+    name: Branch
+    outcome: BranchOutcome
     latency_ms: float
     detail: str = ""
 
@@ -80,8 +111,8 @@ class MemoryUsed:
     """The explain record of one candidate that reached scoring."""
 
     memory_id: str
-    exclusion: str  # "included" | "budget" | "filter"
-    detail: str  # "" when included; else "budget", "max_memories", "tenant_mismatch", ...
+    exclusion: Exclusion
+    detail: str  # an ExclusionDetail, or a source's reason for a malformed item
     composite_score: float
     relevance_score: float
     recency_score: float
@@ -117,12 +148,12 @@ class AssemblyResult:
     history_tokens: int
     memory_tokens: int
     metrics: AssemblyMetrics
-    score_schema: str
-    degradation_level: str
+    score_schema: ScoreSchema
+    degradation_level: DegradationLevel
     branches: tuple[BranchStatus, ...]
     usable_budget: int
     estimate_kind: str
-    packing_path: str
+    packing_path: str  # a domain.packer.PackingPath (the model does not depend on the packer)
     nonce: str
     request_id: str = ""
     trace_id: str = ""

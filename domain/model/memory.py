@@ -6,8 +6,6 @@ from datetime import datetime
 
 import attrs
 
-CATEGORIES = ("procedural", "factual", "preference", "behavioral", "episodic")
-
 
 @attrs.frozen
 class MemoryHit:

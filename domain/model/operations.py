@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import enum
 from datetime import datetime
 
 import attrs
+
+
+class FeedbackFailure(enum.StrEnum):
+    """Why one id's feedback write failed (the metrics label; ``ScoreUpdate.error`` says more)."""
+
+    NOT_FOUND = "not_found"
+    DENIED = "denied"
+    TIMEOUT = "timeout"
+    UNAVAILABLE = "unavailable"
+    FAILED = "failed"
 
 
 @attrs.frozen
@@ -55,12 +66,18 @@ class FeedbackRequest:
 
 @attrs.frozen
 class ScoreUpdate:
-    """One id's outcome: applied (``error`` empty) or failed with a reason."""
+    """One id's outcome: applied (``failure`` None, ``error`` empty) or failed, with a message."""
 
     memory_id: str
     previous_score: float
     new_score: float
     error: str = ""
+    failure: FeedbackFailure | None = None
+
+    @classmethod
+    def failed(cls, memory_id: str, failure: FeedbackFailure, message: str = "") -> ScoreUpdate:
+        """A failed write: ``error`` is the failure's name, then the message when there is one."""
+        return cls(memory_id, 0.0, 0.0, f"{failure}{message}", failure)
 
 
 @attrs.frozen

@@ -8,9 +8,10 @@ Business rules:
   when it ran and succeeded; a cold side skipped for a blank query counts as usable (nothing to
   search), one skipped on request does not. Directive failures never change the level.
 - Only the request's own tenant's memories can be packed (tenant fence before scoring).
-- The packer charges each memory its whole wrapped element plus its separator and never exceeds
-  the usable budget; the final text is counted with the model's counter and memories are dropped
-  (lowest score first) in the unexpected case it would exceed window - reserve - safety.
+- ``domain.layout`` owns the block: the budget charges its frame's texts, the packer charges each
+  memory its element (rendered once, reused in the block) and never exceeds the usable budget;
+  the block is counted with the model's counter and memories are dropped (lowest utility first)
+  in the rare case the count exceeds window - reserve - safety.
 
 Tracing (``ports.tracing``): one stage span per retrieval branch (``retrieval.py``), then
 ``budget``, ``scoring_and_packing`` (scoring, the schema's gates, pricing and the packer: path,
@@ -21,29 +22,25 @@ and packing share one span on purpose: every span costs CPU on the call and at e
 
 from __future__ import annotations
 
-import asyncio
-
 import attrs
 
-from domain.budget import BudgetRequest, TokenBudget, calculate_budget, memory_costs
-from domain.formatter import FormatRequest, FormattableMemory, element_head, element_tail_line, format_context
+from domain.budget import TokenBudget, calculate_budget
+from domain.layout import Element, Frame, frame
 from domain.model.assembly import (
-    DEGRADATION_L0,
-    DEGRADATION_L1,
-    DEGRADATION_L2,
-    OUTCOME_SKIPPED,
-    OUTCOME_SUCCESS,
-    SCORE_SCHEMA_RELEVANCE,
     AssembleRequest,
     AssemblyMetrics,
     AssemblyResult,
+    Branch,
+    BranchOutcome,
+    DegradationLevel,
 )
 from domain.model.memory import CallContext
 from domain.packer import PackItem, PackResult, pack
+from domain.relevance_policy import UncachedTextProfiles
 from domain.scoring import ScoredCandidate, score_schema
-from domain.relevance_policy import RelevancePolicy, UncachedTextProfiles
+from domain.usecases.assembly_config import AssemblyConfig
 from domain.usecases.candidates import CandidatePool, PoolRequest, build_pool, packed_records
-from domain.usecases.retrieval import BRANCH_COLD, BRANCH_HOT, Retriever, RetrievalOutcome, RetrievalPlan
+from domain.usecases.retrieval import RetrievalOutcome, RetrievalPlan, Retriever
 from domain.usecases.validation import validate_assemble
 from ports.clock import Clock
 from ports.directive_store import DirectiveStore
@@ -55,21 +52,6 @@ from ports.token_counter import TokenCounter, TokenCounters
 from ports.tracing import NO_TRACER, StageSpan, Tracer
 
 _BLANK_QUERY = "blank_query"
-
-
-@attrs.frozen
-class AssemblyConfig:
-    wall_s: float = 0.040
-    directive_timeout_s: float = 0.005
-    hot_timeout_s: float = 0.015
-    cold_timeout_s: float = 0.045
-    nonce_bytes: int = 16
-    hot_limit: int = 20
-    cold_limit: int = 30
-    min_confidence: float = 0.0
-    score_policy: str = SCORE_SCHEMA_RELEVANCE  # or SCORE_SCHEMA_INTERIM; request weights select weighted_v1
-    relevance: RelevancePolicy = RelevancePolicy()  # relevance_v1's floor, sharpness and slots
-    deadline_headroom_s: float = 0.005  # kept for packing and formatting before the caller's deadline
 
 
 @attrs.frozen
@@ -90,6 +72,13 @@ class _Packed:
     tokens_used: int
 
 
+@attrs.frozen
+class _Priced:
+    elements: tuple[Element, ...]  # one per ranked candidate, rendered once
+    costs: tuple[int, ...]
+    result: PackResult
+
+
 class AssembleContext:
     def __init__(
         self,
@@ -100,7 +89,7 @@ class AssembleContext:
         counters: TokenCounters,
         clock: Clock,
         nonces: NonceSource,
-        config: AssemblyConfig = AssemblyConfig(),
+        config: AssemblyConfig,
         profiles: TextProfiles = UncachedTextProfiles(),
         tracer: Tracer = NO_TRACER,
     ) -> None:
@@ -126,22 +115,18 @@ class AssembleContext:
         mark = self._clock.monotonic()
         nonce = self._nonces.new_nonce(self._config.nonce_bytes)
         directive = retrieval.directive.content if retrieval.directive else ""
+        block = frame(nonce, directive, request.recent_messages, request.tool_schemas)
         with tracer.stage("budget") as span:
-            budget = calculate_budget(
-                BudgetRequest(spec, family, nonce, directive, request.recent_messages, request.tool_schemas, request.available_tokens),
-                counter,
-            )
+            budget = calculate_budget(spec, family, block, counter, request.available_tokens)
             _describe_budget(span, budget)
         budget_ms, mark = self._lap(mark)
         with tracer.stage("scoring_and_packing") as span:
             pool = self._pool(request, retrieval, level)
             ranking_ms, mark = self._lap(mark)
-            await _let_others_run()
-            priced = self._pack(pool, budget, counter, nonce)
-            _describe_packing(span, pool, priced[1])
+            priced = _price_and_pack(pool, block, budget, counter)
+            _describe_packing(span, pool, priced.result)
         packing_ms, mark = self._lap(mark)
-        await _let_others_run()
-        packed = self._format(request, pool, budget, counter, nonce, directive, priced)
+        packed = self._render(pool, block, budget, counter, priced)
         formatting_ms, _ = self._lap(mark)
         timings = _Timings(budget_ms, ranking_ms, packing_ms, formatting_ms, (self._clock.monotonic() - started) * 1000.0)
         return self._result(request, retrieval, level, budget, pool, packed, nonce, timings)
@@ -161,7 +146,7 @@ class AssembleContext:
         )
 
     def _pool(self, request: AssembleRequest, retrieval: RetrievalOutcome, level: str) -> CandidatePool:
-        if level == DEGRADATION_L2:
+        if level == DegradationLevel.L2:
             hot, found, dropped = (), (), ()
         else:
             hot, found = retrieval.hot.hits, retrieval.cold.hits
@@ -175,41 +160,27 @@ class AssembleContext:
             self._profiles,
         )
 
-    @staticmethod
-    def _pack(pool: CandidatePool, budget: TokenBudget, counter: TokenCounter, nonce: str) -> tuple[tuple[int, ...], PackResult]:
-        ranked = pool.ranked
-        lines = [element_tail_line(c.memory_id, c.hit.category, c.hit.content) for c in ranked]
-        costs = memory_costs(counter, element_head(nonce), lines)
-        items = [PackItem(key=c.memory_id, score=c.score, cost=cost) for c, cost in zip(ranked, costs, strict=True)]
-        return costs, pack(items, budget.usable_budget)
-
-    def _format(
-        self, request: AssembleRequest, pool: CandidatePool, budget: TokenBudget, counter: TokenCounter,
-        nonce: str, directive: str, priced: tuple[tuple[int, ...], PackResult],
-    ) -> _Packed:
-        costs, result = priced
-        chosen = set(result.selected)
-        selected = [c for c in pool.ranked if c.memory_id in chosen]
+    def _render(self, pool: CandidatePool, block: Frame, budget: TokenBudget, counter: TokenCounter, priced: _Priced) -> _Packed:
+        """Render the packed elements and count the block; drop the lowest-utility memory while the
+        count exceeds the prompt limit (``domain.layout`` says when that can happen)."""
+        chosen = set(priced.result.selected)
+        kept = [i for i, c in enumerate(pool.ranked) if c.memory_id in chosen]
         tracer = self._tracer
         while True:
             with tracer.stage("formatting") as span:
-                formatted = format_context(
-                    FormatRequest(
-                        nonce=nonce, directive=directive, messages=request.recent_messages,
-                        memories=[FormattableMemory(c.memory_id, c.hit.category, c.hit.content) for c in selected],
-                        tool_schemas=request.tool_schemas,
-                    ),
-                )
-                span.set_attributes({"ibex.format.memories": len(selected)})
+                text = block.render([priced.elements[i] for i in kept])
+                span.set_attributes({"ibex.format.memories": len(kept)})
             with tracer.stage("final_count") as span:
-                tokens_used = counter.count_joined(formatted.parts)
+                tokens_used = counter.count(text)
                 span.set_attributes({"ibex.count.tokens_used": tokens_used})
-            if tokens_used <= budget.prompt_limit or not selected:
+            if tokens_used <= budget.prompt_limit or not kept:
                 break
-            selected.pop()  # the lowest score is last in canonical order
+            kept.pop()  # the lowest utility is last in canonical order
+        selected = tuple(pool.ranked[i] for i in kept)
+        result = priced.result
         if len(selected) != len(result.selected):
-            result = _shrink(result, [c.memory_id for c in selected], pool.ranked, costs)
-        return _Packed(tuple(selected), result, costs, formatted.text, tokens_used)
+            result = _shrink(result, [c.memory_id for c in selected], pool.ranked, priced.costs)
+        return _Packed(selected, result, priced.costs, text, tokens_used)
 
     def _lap(self, mark: float) -> tuple[float, float]:
         now = self._clock.monotonic()
@@ -232,8 +203,8 @@ class AssembleContext:
             metrics=AssemblyMetrics(
                 budget_calculation_ms=timings.budget_ms,
                 directive_load_ms=branch["directive"].latency_ms,
-                hot_memory_retrieval_ms=branch[BRANCH_HOT].latency_ms,
-                cold_memory_retrieval_ms=branch[BRANCH_COLD].latency_ms,
+                hot_memory_retrieval_ms=branch[Branch.HOT].latency_ms,
+                cold_memory_retrieval_ms=branch[Branch.COLD].latency_ms,
                 ranking_ms=timings.ranking_ms,
                 packing_ms=timings.packing_ms,
                 formatting_ms=timings.formatting_ms,
@@ -271,10 +242,12 @@ def _describe_packing(span: StageSpan, pool: CandidatePool, result: PackResult) 
     span.set_attributes(attributes)
 
 
-async def _let_others_run() -> None:
-    """Yield to the event loop between CPU stages, so that concurrent assemblies' I/O completions
-    (a directive reply, say) are handled before their branch timers expire."""
-    await asyncio.sleep(0)
+def _price_and_pack(pool: CandidatePool, block: Frame, budget: TokenBudget, counter: TokenCounter) -> _Priced:
+    """Each ranked candidate's element, rendered once and charged its count; then the packer."""
+    elements = tuple([block.element(c.memory_id, c.hit.category, c.hit.content) for c in pool.ranked])
+    costs = counter.count_each([e.text for e in elements])
+    items = [PackItem(key=c.memory_id, score=c.score, cost=cost) for c, cost in zip(pool.ranked, costs, strict=True)]
+    return _Priced(elements, costs, pack(items, budget.usable_budget))
 
 
 def relevance_text(request: AssembleRequest) -> str:
@@ -284,15 +257,15 @@ def relevance_text(request: AssembleRequest) -> str:
 
 
 def degradation_level(retrieval: RetrievalOutcome) -> str:
-    usable = sum(_side_usable(retrieval, name) for name in (BRANCH_HOT, BRANCH_COLD))
-    return {2: DEGRADATION_L0, 1: DEGRADATION_L1}.get(usable, DEGRADATION_L2)
+    usable = sum(_side_usable(retrieval, name) for name in (Branch.HOT, Branch.COLD))
+    return {2: DegradationLevel.L0, 1: DegradationLevel.L1}.get(usable, DegradationLevel.L2)
 
 
 def _side_usable(retrieval: RetrievalOutcome, name: str) -> bool:
     status = retrieval.status(name)
-    if status.outcome == OUTCOME_SKIPPED:
+    if status.outcome == BranchOutcome.SKIPPED:
         return status.detail == _BLANK_QUERY
-    return status.outcome == OUTCOME_SUCCESS
+    return status.outcome == BranchOutcome.SUCCESS
 
 
 def _shrink(result: PackResult, keep: list[str], ranked: tuple[ScoredCandidate, ...], costs: tuple[int, ...]) -> PackResult:

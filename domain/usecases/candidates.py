@@ -15,22 +15,11 @@ from datetime import datetime
 
 import attrs
 
-from domain.model.assembly import (
-    EXCLUSION_BUDGET,
-    EXCLUSION_FILTER,
-    EXCLUSION_INCLUDED,
-    SCORE_SCHEMA_RELEVANCE,
-    AssemblyOptions,
-    MemoryUsed,
-)
+from domain.model.assembly import AssemblyOptions, Exclusion, ExclusionDetail, MemoryUsed, ScoreSchema
 from domain.model.memory import DroppedItem, MemoryHit
-from domain.relevance_policy import DETAIL_DUPLICATE, RelevancePolicy, UncachedTextProfiles, screen
+from domain.relevance_policy import RelevancePolicy, UncachedTextProfiles, screen
 from domain.scoring import ScoredCandidate, dedupe, keep_best, score_hits
 from ports.text_profiles import TextProfiles
-
-DETAIL_TENANT_MISMATCH = "tenant_mismatch"
-DETAIL_MAX_MEMORIES = "max_memories"
-DETAIL_BUDGET = "budget"
 
 
 @attrs.frozen
@@ -52,7 +41,7 @@ class PoolRequest:
     schema: str  # the score schema that applies (``domain.scoring.score_schema``)
     query_text: str  # what relevance is measured against: the query and the last user message
     now: datetime
-    relevance: RelevancePolicy = RelevancePolicy()
+    relevance: RelevancePolicy
 
 
 def build_pool(request: PoolRequest, profiles: TextProfiles = UncachedTextProfiles()) -> CandidatePool:
@@ -61,19 +50,19 @@ def build_pool(request: PoolRequest, profiles: TextProfiles = UncachedTextProfil
 
     hits = request.hot + request.found
     foreign = [hit for hit in hits if not own(hit)]
-    if request.schema == SCORE_SCHEMA_RELEVANCE:
+    if request.schema == ScoreSchema.RELEVANCE:
         hot, found = [h for h in request.hot if own(h)], [h for h in request.found if own(h)]
         screened = screen(hot, found, request.query_text, request.relevance, request.now, profiles)
         kept, screened_out = screened.kept, screened.excluded
     else:
         kept, duplicates = dedupe(score_hits([h for h in hits if own(h)], request.options, request.now))
-        screened_out = tuple((c, DETAIL_DUPLICATE) for c in duplicates)
+        screened_out = tuple((c, ExclusionDetail.DUPLICATE) for c in duplicates)
     ranked, over_cap = keep_best(kept, request.options.max_memories)
     explained = (
-        *(_hit_record(hit, DETAIL_TENANT_MISMATCH) for hit in foreign),
+        *(_hit_record(hit, ExclusionDetail.TENANT_MISMATCH) for hit in foreign),
         *(_dropped_record(item) for item in request.dropped),
-        *(record(c, EXCLUSION_FILTER, detail, 0) for c, detail in screened_out),
-        *(record(c, EXCLUSION_FILTER, DETAIL_MAX_MEMORIES, 0) for c in over_cap),
+        *(record(c, Exclusion.FILTER, detail, 0) for c, detail in screened_out),
+        *(record(c, Exclusion.FILTER, ExclusionDetail.MAX_MEMORIES, 0) for c in over_cap),
     )
     return CandidatePool(ranked=ranked, explained=explained, fenced=len(foreign), malformed=len(request.dropped))
 
@@ -102,14 +91,14 @@ def packed_records(
 ) -> tuple[MemoryUsed, ...]:
     chosen = set(included)
     return tuple(
-        record(c, EXCLUSION_INCLUDED, "", cost) if c.memory_id in chosen else record(c, EXCLUSION_BUDGET, DETAIL_BUDGET, cost)
+        record(c, Exclusion.INCLUDED, "", cost) if c.memory_id in chosen else record(c, Exclusion.BUDGET, ExclusionDetail.BUDGET, cost)
         for c, cost in zip(ranked, costs, strict=True)
     )
 
 
 def _hit_record(hit: MemoryHit, detail: str) -> MemoryUsed:
     return MemoryUsed(
-        memory_id=hit.memory_id, exclusion=EXCLUSION_FILTER, detail=detail, composite_score=0.0,
+        memory_id=hit.memory_id, exclusion=Exclusion.FILTER, detail=detail, composite_score=0.0,
         relevance_score=0.0, recency_score=0.0, usefulness_score=0.0, rank=hit.rank,
         category=hit.category, similarity=hit.similarity, confidence=hit.confidence,
         token_estimate=0, source=hit.source,
@@ -118,7 +107,7 @@ def _hit_record(hit: MemoryHit, detail: str) -> MemoryUsed:
 
 def _dropped_record(item: DroppedItem) -> MemoryUsed:
     return MemoryUsed(
-        memory_id=item.memory_id, exclusion=EXCLUSION_FILTER, detail=item.reason, composite_score=0.0,
+        memory_id=item.memory_id, exclusion=Exclusion.FILTER, detail=item.reason, composite_score=0.0,
         relevance_score=0.0, recency_score=0.0, usefulness_score=0.0, rank=0, category="",
         similarity=0.0, confidence=0.0, token_estimate=0,
     )

@@ -15,7 +15,7 @@ import hashlib
 import attrs
 
 from domain.model.feedback import FeedbackItem
-from domain.model.operations import FeedbackOutcome, FeedbackRequest, ScoreUpdate
+from domain.model.operations import FeedbackFailure, FeedbackOutcome, FeedbackRequest, ScoreUpdate
 from domain.usecases.validation import validate_feedback
 from ports.clock import Clock
 from ports.errors import (
@@ -76,26 +76,26 @@ class RecordMemoryFeedback:
             org_id=request.org_id, memory_id=memory_id, feedback=request.feedback, idempotency_key=key,
             session_id=request.session_id or None, trace_id=request.trace_id or None, notes=request.notes,
         )
-        error = "unavailable"
+        error = FeedbackFailure.UNAVAILABLE
         for attempt in range(self._config.max_attempts):
             timeout_s = self._attempt_timeout(deadline)
             if timeout_s <= 0:
-                return ScoreUpdate(memory_id, 0.0, 0.0, f"{error}; caller deadline reached after {attempt} attempts")
+                return ScoreUpdate.failed(memory_id, error, f"; caller deadline reached after {attempt} attempts")
             try:
                 result = await self._sink.record(item, timeout_s=timeout_s)
             except MemoryNotFoundError:
-                return ScoreUpdate(memory_id, 0.0, 0.0, "not_found")
+                return ScoreUpdate.failed(memory_id, FeedbackFailure.NOT_FOUND)
             except MemorySourceDeniedError:
-                return ScoreUpdate(memory_id, 0.0, 0.0, "denied")
+                return ScoreUpdate.failed(memory_id, FeedbackFailure.DENIED)
             except (MemorySourceTimeoutError, TimeoutError):
-                error = "timeout"
+                error = FeedbackFailure.TIMEOUT
             except MemorySourceUnavailableError:
-                error = "unavailable"
+                error = FeedbackFailure.UNAVAILABLE
             except MemorySourceError as exc:
-                return ScoreUpdate(memory_id, 0.0, 0.0, f"failed: {exc}")
+                return ScoreUpdate.failed(memory_id, FeedbackFailure.FAILED, f": {exc}")
             else:
                 previous = result.previous_usefulness_score
                 return ScoreUpdate(memory_id, 0.0 if previous is None else previous, result.new_usefulness_score)
             if attempt + 1 < self._config.max_attempts:
                 await asyncio.sleep(self._config.backoff_s * (2**attempt))
-        return ScoreUpdate(memory_id, 0.0, 0.0, f"{error} after {self._config.max_attempts} attempts")
+        return ScoreUpdate.failed(memory_id, error, f" after {self._config.max_attempts} attempts")

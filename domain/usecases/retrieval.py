@@ -18,30 +18,20 @@ from typing import Any
 
 import attrs
 
-from domain.model.assembly import (
-    OUTCOME_DENIED,
-    OUTCOME_ERROR,
-    OUTCOME_SKIPPED,
-    OUTCOME_SUCCESS,
-    OUTCOME_TIMEOUT,
-    BranchStatus,
-)
+from domain.model.assembly import Branch, BranchOutcome, BranchStatus
 from domain.model.directive import Directive
 from domain.model.memory import CallContext, HotQuery, MemoryBatch, SearchQuery
 from ports.clock import Clock
 from ports.directive_store import DirectiveStore
 from ports.errors import (
     DirectiveStoreError,
+    DirectiveStoreTimeoutError,
     MemorySourceDeniedError,
     MemorySourceError,
     MemorySourceTimeoutError,
 )
 from ports.memory_source import MemorySource
 from ports.tracing import NO_TRACER, StageSpan, Tracer
-
-BRANCH_DIRECTIVE = "directive"
-BRANCH_HOT = "hot"
-BRANCH_COLD = "cold"
 
 
 @attrs.frozen
@@ -54,9 +44,9 @@ class RetrievalPlan:
     directive_timeout_s: float
     hot_timeout_s: float
     cold_timeout_s: float
-    hot_limit: int = 20
-    cold_limit: int = 30
-    min_confidence: float = 0.0
+    hot_limit: int = attrs.field(kw_only=True)  # these three: from AssemblyConfig, no defaults of their own
+    cold_limit: int = attrs.field(kw_only=True)
+    min_confidence: float = attrs.field(kw_only=True)
     skip_hot: bool = False
     skip_cold: bool = False
 
@@ -68,7 +58,7 @@ class RetrievalOutcome:
     cold: MemoryBatch
     branches: tuple[BranchStatus, ...]
 
-    def status(self, name: str) -> BranchStatus:
+    def status(self, name: Branch) -> BranchStatus:
         return next(branch for branch in self.branches if branch.name == name)
 
 
@@ -113,73 +103,74 @@ class Retriever:
         for name, task in tasks.items():
             results[name] = self._collect(name, task, wall_ms)
         return RetrievalOutcome(
-            directive=results[BRANCH_DIRECTIVE].value,
-            hot=results[BRANCH_HOT].value or MemoryBatch(),
-            cold=results[BRANCH_COLD].value or MemoryBatch(),
-            branches=tuple(results[name].status for name in (BRANCH_DIRECTIVE, BRANCH_HOT, BRANCH_COLD)),
+            directive=results[Branch.DIRECTIVE].value,
+            hot=results[Branch.HOT].value or MemoryBatch(),
+            cold=results[Branch.COLD].value or MemoryBatch(),
+            branches=tuple(results[name].status for name in (Branch.DIRECTIVE, Branch.HOT, Branch.COLD)),
         )
 
-    def _branches(self, plan: RetrievalPlan) -> list[tuple[str, Callable[[], Awaitable[Any]], float]]:
+    def _branches(self, plan: RetrievalPlan) -> list[tuple[Branch, Callable[[], Awaitable[Any]], float]]:
         hot_query = HotQuery(plan.org_id, plan.agent_id, plan.hot_limit, plan.min_confidence, plan.call)
         cold_query = SearchQuery(
             plan.org_id, plan.agent_id, plan.query, plan.cold_limit, None, plan.min_confidence, call=plan.call
         )
         return [
-            (BRANCH_DIRECTIVE, lambda: self._directives.get(plan.org_id, plan.agent_id, timeout_s=plan.directive_timeout_s), plan.directive_timeout_s),
-            (BRANCH_HOT, lambda: self._memories.hot(hot_query, timeout_s=plan.hot_timeout_s), plan.hot_timeout_s),
-            (BRANCH_COLD, lambda: self._memories.search(cold_query, timeout_s=plan.cold_timeout_s), plan.cold_timeout_s),
+            (Branch.DIRECTIVE, lambda: self._directives.get(plan.org_id, plan.agent_id, timeout_s=plan.directive_timeout_s), plan.directive_timeout_s),
+            (Branch.HOT, lambda: self._memories.hot(hot_query, timeout_s=plan.hot_timeout_s), plan.hot_timeout_s),
+            (Branch.COLD, lambda: self._memories.search(cold_query, timeout_s=plan.cold_timeout_s), plan.cold_timeout_s),
         ]
 
     @staticmethod
-    def _skipped(plan: RetrievalPlan) -> dict[str, _BranchResult]:
-        skipped: dict[str, _BranchResult] = {}
+    def _skipped(plan: RetrievalPlan) -> dict[Branch, _BranchResult]:
+        skipped: dict[Branch, _BranchResult] = {}
         if plan.skip_hot:
-            skipped[BRANCH_HOT] = _BranchResult(BranchStatus(BRANCH_HOT, OUTCOME_SKIPPED, 0.0, "skip_hot_memories"))
+            skipped[Branch.HOT] = _BranchResult(BranchStatus(Branch.HOT, BranchOutcome.SKIPPED, 0.0, "skip_hot_memories"))
         if plan.skip_cold:
-            skipped[BRANCH_COLD] = _BranchResult(BranchStatus(BRANCH_COLD, OUTCOME_SKIPPED, 0.0, "skip_cold_memories"))
+            skipped[Branch.COLD] = _BranchResult(BranchStatus(Branch.COLD, BranchOutcome.SKIPPED, 0.0, "skip_cold_memories"))
         elif not plan.query.strip():
-            skipped[BRANCH_COLD] = _BranchResult(BranchStatus(BRANCH_COLD, OUTCOME_SKIPPED, 0.0, "blank_query"))
+            skipped[Branch.COLD] = _BranchResult(BranchStatus(Branch.COLD, BranchOutcome.SKIPPED, 0.0, "blank_query"))
         return skipped
 
-    async def _run(self, name: str, factory: Callable[[], Awaitable[Any]], timeout_s: float) -> _BranchResult:
+    async def _run(self, name: Branch, factory: Callable[[], Awaitable[Any]], timeout_s: float) -> _BranchResult:
         with self._tracer.stage(stage_name(name)) as span:
             started = self._clock.monotonic()
             try:
                 result = await self._attempt(name, factory, timeout_s)
             except asyncio.CancelledError:  # the outer wall: ``_collect`` reports it the same way
                 latency_ms = (self._clock.monotonic() - started) * 1000.0
-                describe_branch(span, BranchStatus(name, OUTCOME_TIMEOUT, latency_ms, "outer_deadline"), None, timeout_s)
+                describe_branch(span, BranchStatus(name, BranchOutcome.TIMEOUT, latency_ms, "outer_deadline"), None, timeout_s)
                 raise
             describe_branch(span, result.status, result.value, timeout_s)
             return result
 
-    async def _attempt(self, name: str, factory: Callable[[], Awaitable[Any]], timeout_s: float) -> _BranchResult:
+    async def _attempt(self, name: Branch, factory: Callable[[], Awaitable[Any]], timeout_s: float) -> _BranchResult:
         started = self._clock.monotonic()
 
-        def status(outcome: str, detail: str = "") -> BranchStatus:
+        def status(outcome: BranchOutcome, detail: str = "") -> BranchStatus:
             return BranchStatus(name, outcome, (self._clock.monotonic() - started) * 1000.0, detail)
 
         try:
             async with asyncio.timeout(max(0.0, timeout_s)):
                 value = await factory()
         except TimeoutError:
-            return _BranchResult(status(OUTCOME_TIMEOUT, f"{name}_timeout"))
+            return _BranchResult(status(BranchOutcome.TIMEOUT, f"{name}_timeout"))
         except MemorySourceTimeoutError:
-            return _BranchResult(status(OUTCOME_TIMEOUT, f"{name}_source_timeout"))
+            return _BranchResult(status(BranchOutcome.TIMEOUT, f"{name}_source_timeout"))
         except MemorySourceDeniedError as exc:
-            return _BranchResult(status(OUTCOME_DENIED, f"denied_http_{exc.status_code}" if exc.status_code else "denied"))
+            return _BranchResult(status(BranchOutcome.DENIED, f"denied_http_{exc.status_code}" if exc.status_code else "denied"))
+        except DirectiveStoreTimeoutError as exc:
+            return _BranchResult(status(BranchOutcome.TIMEOUT, str(exc) or type(exc).__name__))
         except (MemorySourceError, DirectiveStoreError) as exc:
-            outcome = OUTCOME_TIMEOUT if "timeout" in type(exc).__name__.lower() else OUTCOME_ERROR
-            return _BranchResult(status(outcome, str(exc) or type(exc).__name__))
+            return _BranchResult(status(BranchOutcome.ERROR, str(exc) or type(exc).__name__))
         except Exception as exc:  # a branch never fails the assembly
-            return _BranchResult(status(OUTCOME_ERROR, f"unexpected_{type(exc).__name__}"))
-        return _BranchResult(status(OUTCOME_SUCCESS), value)
+            return _BranchResult(status(BranchOutcome.ERROR, f"unexpected_{type(exc).__name__}"))
+        return _BranchResult(status(BranchOutcome.SUCCESS), value)
 
     @staticmethod
-    def _collect(name: str, task: asyncio.Future, wall_ms: float) -> _BranchResult:
+    def _collect(name: Branch, task: asyncio.Future, wall_ms: float) -> _BranchResult:
         if task.done() and not task.cancelled():
             return task.result()
-        return _BranchResult(BranchStatus(name, OUTCOME_TIMEOUT, wall_ms, "outer_deadline"))
+        return _BranchResult(BranchStatus(name, BranchOutcome.TIMEOUT, wall_ms, "outer_deadline"))
 
 
 def stage_name(branch: str) -> str:
@@ -199,6 +190,6 @@ def describe_branch(span: StageSpan, status: BranchStatus, value: Any, timeout_s
         attributes["ibex.branch.candidates"] = len(value.hits)
         if value.dropped:
             attributes["ibex.branch.dropped"] = len(value.dropped)
-    elif status.name == BRANCH_DIRECTIVE and status.outcome == OUTCOME_SUCCESS:
+    elif status.name == Branch.DIRECTIVE and status.outcome == BranchOutcome.SUCCESS:
         attributes["ibex.branch.candidates"] = int(value is not None)  # a directive found, or none
     span.set_attributes(attributes)

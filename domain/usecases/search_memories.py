@@ -24,12 +24,14 @@ DEFAULT_SEARCH_LIMIT = 10
 
 @attrs.frozen
 class SearchConfig:
-    timeout_s: float = 0.045
-    deadline_headroom_s: float = 0.002
+    """No defaults here: ``entrypoints.settings`` declares them (``Settings().search_config()``)."""
+
+    timeout_s: float
+    deadline_headroom_s: float
 
 
 class SearchMemories:
-    def __init__(self, *, memories: MemorySource, clock: Clock, config: SearchConfig = SearchConfig()) -> None:
+    def __init__(self, *, memories: MemorySource, clock: Clock, config: SearchConfig) -> None:
         self._memories = memories
         self._clock = clock
         self._config = config

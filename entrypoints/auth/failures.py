@@ -7,9 +7,7 @@ this package never imports a metrics library. ``errors.ALL_REASONS`` lists every
 from __future__ import annotations
 
 import logging
-import threading
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 FailureCallback = Callable[[str], None]
 
@@ -24,19 +22,3 @@ def report_failure(on_failure: FailureCallback | None, reason: str) -> None:
         on_failure(reason)
     except Exception:
         _log.exception("auth failure counter raised (reason=%s)", reason)
-
-
-class FailureTally:
-    """A thread-safe in-process ``on_failure`` that counts by reason (tests, diagnostics)."""
-
-    def __init__(self) -> None:
-        self._counts: Counter[str] = Counter()
-        self._lock = threading.Lock()
-
-    def __call__(self, reason: str) -> None:
-        with self._lock:
-            self._counts[reason] += 1
-
-    def counts(self) -> Mapping[str, int]:
-        with self._lock:
-            return dict(self._counts)

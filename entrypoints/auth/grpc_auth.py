@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 
 from entrypoints.auth.authenticator import PrincipalAuthenticator, utc_now
-from entrypoints.auth.bind import InsecureBindError, bind_guard
+from entrypoints.auth.bind_guard import InsecureBindError, bind_guard
 from entrypoints.auth.binding import Tenant
 from entrypoints.auth.errors import PERMISSION_DENIED, AuthError
 from entrypoints.auth.failures import FailureCallback
@@ -87,19 +87,6 @@ class GrpcAuthenticator:
     def authorize(self, principal: VerifiedPrincipal | None, *, org_id: str, agent_id: str | None = None) -> Tenant:
         """Bind the request's ids to the principal. Raises AuthError code ``permission_denied``."""
         return self._core.bind(principal, org_id=org_id, agent_id=agent_id)
-
-    async def admit(self, context: grpc.aio.ServicerContext, *, org_id: str,
-                    agent_id: str | None = None) -> Tenant | None:
-        """``authenticate`` then ``authorize``; on AuthError sets the call's status and returns None.
-
-        The handler must then return (any response: grpc discards it for a non-OK status).
-        """
-        try:
-            principal = self.authenticate(context.invocation_metadata())
-            return self.authorize(principal, org_id=org_id, agent_id=agent_id)
-        except AuthError as exc:
-            set_auth_status(context, exc)
-            return None
 
 
 def set_auth_status(context: grpc.aio.ServicerContext, error: AuthError) -> None:

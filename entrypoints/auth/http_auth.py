@@ -94,9 +94,9 @@ class HttpAuthenticator:
             raise self._core.reported(exc) from None
         return self._core.verify(raw)
 
-    def admit(self, headers: Mapping[str, str], *, org_id: str, agent_id: str | None = None) -> Tenant:
-        """``authenticate`` then bind; raises AuthError (map with ``http_status`` / ``error_body``)."""
-        return self._core.bind(self.authenticate(headers), org_id=org_id, agent_id=agent_id)
+    def authorize(self, principal: VerifiedPrincipal | None, *, org_id: str, agent_id: str | None = None) -> Tenant:
+        """Bind the request's ids to the principal. Raises AuthError code ``permission_denied`` (counted)."""
+        return self._core.bind(principal, org_id=org_id, agent_id=agent_id)
 
 
 def uvicorn_ssl_options(tls_cert: str, tls_key: str, tls_client_ca: str = "") -> dict[str, Any]:

@@ -26,7 +26,7 @@ from domain.model.messages import Message
 from entrypoints.cli.errors import CliError
 from entrypoints.cli.tables import key_values, table
 from entrypoints.containers import StartupError, open_application
-from entrypoints.http_api.json_mapping import loads_object
+from entrypoints.http_api.proto_json import loads_object
 from entrypoints.http_api.schemas import assemble_request_from_json, assemble_response_to_json
 from entrypoints.observability.correlation import request_id_or_new
 from entrypoints.settings import Settings

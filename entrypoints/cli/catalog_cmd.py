@@ -23,13 +23,12 @@ import os
 
 import attrs
 
-from adapters.json_model_catalog import JsonModelCatalog
 from domain.budget import response_reserve, safety_buffer
 from domain.model.catalog import ModelSpec, TokenizerFamily
 from domain.model.errors import CatalogError, UnknownModelError
 from entrypoints.cli.errors import EXIT_FAILURE, EXIT_OK, CliError
 from entrypoints.cli.tables import key_values, table
-from entrypoints.containers import StartupError, load_catalog
+from entrypoints.containers import ApplicationContainer, StartupError, build_container
 from entrypoints.settings import Settings
 from ports.errors import CatalogUnavailableError
 from ports.model_catalog import ModelCatalog
@@ -129,9 +128,9 @@ def run_diff(args: argparse.Namespace) -> int:
 
 
 def _configured_catalog() -> ModelCatalog:
-    settings = Settings.from_env(os.environ)
+    """The catalog serving would use (the composition root's, from IBEX_CONTEXT_CATALOG_PATH)."""
     try:
-        return load_catalog(settings.catalog_path)
+        return build_container(Settings.from_env(os.environ)).adapters.catalog()
     except StartupError as exc:
         raise CliError(str(exc)) from None
 
@@ -139,7 +138,7 @@ def _configured_catalog() -> ModelCatalog:
 def _load_file(path: str) -> _Loaded:
     """A validated catalog file; its family names come from the document the adapter validated."""
     try:
-        catalog = JsonModelCatalog.from_path(path)
+        catalog = ApplicationContainer().adapters.catalog_file(path)  # a file reader needs no settings
         with open(path, "rb") as handle:
             names = json.loads(handle.read())["tokenizer_families"]
     except (CatalogUnavailableError, CatalogError, OSError) as exc:

@@ -14,10 +14,10 @@ from typing import AsyncIterator
 
 import attrs
 
-from adapters.embedded import EmbeddedDatabase, EmbeddedDatabaseError, EmbeddedDirectiveStore, EmbeddedMemoryStore, EmbeddedValidationError
-from adapters.system_clock import SystemClock
+from adapters.embedded import EmbeddedDirectiveStore, EmbeddedMemoryStore, EmbeddedValidationError
 from entrypoints.cli import demo_data
 from entrypoints.cli.errors import CliError
+from entrypoints.containers import StartupError, build_container, shut_down
 from entrypoints.settings import Settings
 
 
@@ -29,21 +29,23 @@ class _Stores:
 
 @asynccontextmanager
 async def _open_stores() -> AsyncIterator[_Stores]:
+    """The embedded stores from the composition root (whatever backend serving would select)."""
     settings = Settings.from_env(os.environ)
     if not settings.uses_embedded_memory:
         print("note: IBEX_CONTEXT_MEMORY_BASE_URL is set; this manages the embedded file only", file=sys.stderr)
+    container = build_container(settings)
     try:
-        database = EmbeddedDatabase.open(settings.data_path)
-    except EmbeddedDatabaseError as exc:
-        raise CliError(f"IBEX_CONTEXT_DATA_PATH: {exc}") from exc
-    clock = SystemClock()
-    stores = _Stores(EmbeddedMemoryStore(database, clock), EmbeddedDirectiveStore(database, clock))
-    try:
-        yield stores
+        try:
+            stores = _Stores(await container.adapters.embedded_memories(), await container.adapters.embedded_directives())
+        except StartupError as exc:  # "IBEX_CONTEXT_DATA_PATH: cannot open ..."
+            raise CliError(str(exc)) from exc
+        try:
+            yield stores
+        finally:
+            await stores.memories.close()
+            await stores.directives.close()
     finally:
-        await stores.memories.close()
-        await stores.directives.close()
-        await database.close()
+        await shut_down(container)  # the embedded file
 
 
 def _run(work: Callable[[_Stores], Awaitable[int]]) -> int:

@@ -24,7 +24,7 @@ Limits (``SERVER_OPTIONS``):
 - ``grpc.so_reuseport`` is off unless asked for, so that a port already in use fails start-up
   instead of silently sharing it.
 
-Bind guard (``entrypoints.auth.bind``): a non-loopback address with no caller authentication
+Bind guard (``entrypoints.auth.bind_guard``): a non-loopback address with no caller authentication
 refuses to start unless the insecure override is set, and then a WARNING is logged at every start.
 """
 
@@ -42,7 +42,7 @@ from grpc_reflection.v1alpha import reflection
 
 from contracts.ibex.context.v1 import context_pb2 as pb
 from contracts.ibex.context.v1 import context_pb2_grpc as pb_grpc
-from entrypoints.auth.bind import InsecureBindError, bind_guard
+from entrypoints.auth.bind_guard import InsecureBindError, bind_guard
 from entrypoints.grpc_api import wire
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextAssemblyService"].full_name

@@ -47,14 +47,14 @@ import grpc
 
 from contracts.ibex.context.v1 import context_pb2 as pb
 from contracts.ibex.context.v1 import context_pb2_grpc as pb_grpc
-from domain.model.assembly import DEGRADATION_L0, AssemblyResult
+from domain.model.assembly import DegradationLevel, AssemblyResult
 from domain.model.errors import InvalidRequestError
-from domain.model.operations import FeedbackOutcome
 from domain.usecases.assemble_context import AssembleContext
 from domain.usecases.record_feedback import RecordMemoryFeedback
 from domain.usecases.search_memories import SearchMemories
 from domain.usecases.validation import MAX_ID_CHARS
-from entrypoints.grpc_api import translate, wire
+from entrypoints import translation as translate
+from entrypoints.grpc_api import wire
 from entrypoints.grpc_api.status import DeadlineExpiredError, failure_for
 from entrypoints.observability.correlation import new_request_id
 from entrypoints.observability.metrics import ServiceMetrics
@@ -177,7 +177,7 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
         domain = translate.feedback_request_from_proto(
             request, scope.deadline_s, org_id=org_id, request_id=scope.request_id)
         outcome = await self._feedback.execute(domain)
-        self._observe_feedback(outcome)
+        self._metrics.observe_feedback(outcome)
         return translate.feedback_to_proto(outcome)
 
     # ------------------------------------------------------------------ every call
@@ -247,7 +247,7 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
     def _observe_assembly(self, result: AssemblyResult, scope: _Scope) -> None:
         self._metrics.observe_assembly(result)
         annotate_assembly(result)
-        if result.degradation_level != DEGRADATION_L0:
+        if result.degradation_level != DegradationLevel.L0:
             _log.info(
                 "context_assembly_degraded",
                 extra={
@@ -258,10 +258,6 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
                     "call_id": scope.call_id,
                 },
             )
-
-    def _observe_feedback(self, outcome: FeedbackOutcome) -> None:
-        for update in outcome.updates:
-            self._metrics.feedback_result(update.error.split(" ")[0].rstrip(":") if update.error else "applied")
 
 
 async def _read_request(context: grpc.aio.ServicerContext, shape: wire.RequestShape) -> Any:

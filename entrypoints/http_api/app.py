@@ -19,8 +19,11 @@ and in the call's ``http_request`` log line.
 Every API call is counted (``observe_request("http", <RPC name>, <code>, seconds)``, ``in_flight``);
 so are the other errors, under the method ``unrouted`` (404, 405), ``unhandled`` (500 outside a
 handler) or ``connection`` (the HTTP/1.1 layer's own).
-Bodies: each route reads at most its limit (``limits.py``) within ``read_timeout_s`` and decodes
-with its ``BodyDecoder`` (``body_json.py``).
+Bodies: each route reads at most its limit (``limits.py``) within ``read_timeout_s``; its
+``BodyDecoder`` checks the body's shape at a bounded cost (``body_json.py``) and then builds the
+generated request message with ``json_format`` (``proto_json.py``). The message is translated to
+the use case's request and the result back to the response message by ``entrypoints.translation``,
+as on the gRPC edge, and the response message is rendered with ``json_format`` (``proto_json.render``).
 Tracing (``observability.tracing``): each API call is one SERVER span, current for the call and
 its log line, child of the W3C ``traceparent``/``tracestate`` headers (with tracing off, that
 context is only passed on downstream and logged); the body's ``traceId`` is logged as
@@ -31,29 +34,28 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import attrs
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from domain.model.operations import FeedbackOutcome
+from contracts.ibex.context.v1 import context_pb2 as pb
 from domain.usecases.assemble_context import AssembleContext
 from domain.usecases.record_feedback import RecordMemoryFeedback
 from domain.usecases.search_memories import SearchMemories
-from entrypoints.auth.binding import Tenant, bind_request
-from entrypoints.auth.errors import AuthError
+from entrypoints.auth.binding import Tenant
+from entrypoints.auth.http_auth import HttpAuthenticator
 from entrypoints.auth.principal import VerifiedPrincipal
-from entrypoints.http_api import messages, schemas
+from entrypoints import translation
 from entrypoints.http_api.body_json import BodyDecoder
 from entrypoints.http_api.calls import DEFAULT_READ_TIMEOUT_S, ApiCall
-from entrypoints.http_api.errors import METHOD_NOT_ALLOWED, NOT_FOUND, OK, ApiError, internal_error, translate
-from entrypoints.http_api.json_mapping import echo
+from entrypoints.http_api.errors import METHOD_NOT_ALLOWED, NOT_FOUND, OK, ApiError, echo, internal_error, translate
 from entrypoints.http_api.limits import body_limit
+from entrypoints.http_api.proto_json import render
 from entrypoints.http_api.protocol import CONNECTION
 from entrypoints.observability.metrics import ServiceMetrics
 from entrypoints.observability.tracing import EDGE_OFF, EdgeTracing, annotate_assembly, annotate_request_ids
@@ -62,10 +64,10 @@ SURFACE = "http"
 UNROUTED = "unrouted"
 UNHANDLED = "unhandled"
 Readiness = Callable[[], bool]
-Authenticate = Callable[[Mapping[str, str]], VerifiedPrincipal | None]
 Handler = Callable[[ApiCall], Awaitable[dict[str, Any]]]
-DECODERS = {spec.name: BodyDecoder(spec) for spec in (
-    messages.ASSEMBLE_CONTEXT_REQUEST, messages.SEARCH_MEMORIES_REQUEST, messages.RECORD_MEMORY_FEEDBACK_REQUEST)}
+DECODERS = {"AssembleContext": BodyDecoder(pb.AssembleContextRequest),  # by RPC name
+            "SearchMemories": BodyDecoder(pb.SearchMemoriesRequest),
+            "RecordMemoryFeedback": BodyDecoder(pb.RecordMemoryFeedbackRequest)}
 
 _log = logging.getLogger("ibex_context.http")
 
@@ -77,7 +79,7 @@ def make_app(
     feedback: RecordMemoryFeedback,
     metrics: ServiceMetrics,
     readiness: Readiness,
-    authenticate: Authenticate | None = None,
+    authenticator: HttpAuthenticator | None = None,
     max_body_bytes: int | None = None,
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     tracing: EdgeTracing = EDGE_OFF,
@@ -88,15 +90,15 @@ def make_app(
         assemble, search, feedback: the use cases (anything with ``async execute(request)``).
         metrics: the process's ServiceMetrics (shared with the gRPC edge).
         readiness: true when the application is open and not draining.
-        authenticate: ``authenticate(headers)`` -> the verified principal, or None when no
-            principal keys are configured; raises ``AuthError`` (401/403). With a principal, the
-            request's org/agent ids must match it (``bind_request``). None: no caller auth.
+        authenticator: verifies the caller's signed principal (``AuthError``: 401) and binds the
+            request's org/agent ids to it (``AuthError``: 403), counting every refusal. None: no
+            caller auth (the request's own ids).
         max_body_bytes: larger request bodies answer 413; None: each route's own limit (``limits.py``).
         read_timeout_s: a body that has not fully arrived this long after its handler started
             reading answers 408 (the HTTP/1.1 layer bounds the headers, ``protocol.py``).
         tracing: the edges' server spans (``observability.tracing``); off by default.
     """
-    api = _Api(assemble, search, feedback, metrics, authenticate, max_body_bytes, read_timeout_s, tracing)
+    api = _Api(assemble, search, feedback, metrics, authenticator, max_body_bytes, read_timeout_s, tracing)
     routes = [
         Route("/v1/context:assemble", api.endpoint("AssembleContext", api.assemble), methods=["POST"]),
         Route("/v1/memories:search", api.endpoint("SearchMemories", api.search), methods=["POST"]),
@@ -110,26 +112,24 @@ def make_app(
                                                         Exception: fallback.unhandled})
 
 
-_SPECS = {"AssembleContext": messages.ASSEMBLE_CONTEXT_REQUEST, "SearchMemories": messages.SEARCH_MEMORIES_REQUEST,
-          "RecordMemoryFeedback": messages.RECORD_MEMORY_FEEDBACK_REQUEST}
 _ROUTES = {"AssembleContext": "/v1/context:assemble", "SearchMemories": "/v1/memories:search",
            "RecordMemoryFeedback": "/v1/memories:feedback"}  # the server spans' routes
 
 
 class _Api:
     def __init__(self, assemble: AssembleContext, search: SearchMemories, feedback: RecordMemoryFeedback,
-                 metrics: ServiceMetrics, authenticate: Authenticate | None, max_body_bytes: int | None,
+                 metrics: ServiceMetrics, authenticator: HttpAuthenticator | None, max_body_bytes: int | None,
                  read_timeout_s: float, tracing: EdgeTracing = EDGE_OFF) -> None:
         self.tracing = tracing
         self._assemble, self._search, self._feedback = assemble, search, feedback
         self._metrics = metrics
-        self._authenticate = authenticate
+        self._authenticator = authenticator
         self._max_body_bytes = max_body_bytes
         self._read_timeout_s = read_timeout_s
 
     def endpoint(self, method: str, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        spec = _SPECS[method]
-        limit = self._max_body_bytes if self._max_body_bytes is not None else body_limit(spec)
+        decoder = DECODERS[method]
+        limit = self._max_body_bytes if self._max_body_bytes is not None else body_limit(decoder.descriptor)
         route = _ROUTES[method]
 
         async def serve(request: Request) -> Response:
@@ -147,51 +147,49 @@ class _Api:
         return serve
 
     async def assemble(self, call: ApiCall) -> dict[str, Any]:
-        principal = self._principal(call)
-        request = await call.read_request(DECODERS["AssembleContextRequest"], schemas.assemble_request_from_json)
-        request = attrs.evolve(request, request_id=call.correlate(request.request_id, request.trace_id))
-        if principal is not None:
-            tenant = self._bind(principal, org_id=request.org_id, agent_id=request.agent_id)
-            request = attrs.evolve(request, org_id=tenant.org_id, agent_id=tenant.agent_id)
-        result = await self._assemble.execute(request)
+        principal = self._principal(call)  # before the body is read
+        message = await call.read_message(DECODERS["AssembleContext"])
+        request_id = call.correlate(message.request_id, message.trace_id)
+        tenant = self._tenant(principal, message.org_id, message.agent_id)
+        result = await self._assemble.execute(
+            translation.assemble_request_from_proto(message, tenant=tenant, request_id=request_id))
         self._metrics.observe_assembly(result)
         annotate_assembly(result)
-        return schemas.assemble_response_to_json(result)
+        return render(translation.assembly_to_proto(result))
 
     async def search(self, call: ApiCall) -> dict[str, Any]:
         principal = self._principal(call)
-        request = await call.read_request(DECODERS["SearchMemoriesRequest"], schemas.search_request_from_json)
-        request = attrs.evolve(request, request_id=call.correlate(request.request_id))
-        if principal is not None:
-            tenant = self._bind(principal, org_id=request.org_id, agent_id=request.agent_id)
-            request = attrs.evolve(request, org_id=tenant.org_id, agent_id=tenant.agent_id)
-        return schemas.search_response_to_json(await self._search.execute(request))
+        message = await call.read_message(DECODERS["SearchMemories"])
+        request_id = call.correlate("")
+        tenant = self._tenant(principal, message.org_id, message.agent_id)
+        result = await self._search.execute(
+            translation.search_request_from_proto(message, tenant=tenant, request_id=request_id))
+        return render(translation.search_to_proto(result))
 
     async def feedback(self, call: ApiCall) -> dict[str, Any]:
         principal = self._principal(call)
-        request = await call.read_request(DECODERS["RecordMemoryFeedbackRequest"], schemas.feedback_request_from_json)
-        request = attrs.evolve(request, request_id=call.correlate(request.request_id, request.trace_id))
-        if principal is not None:
-            request = attrs.evolve(request, org_id=self._bind(principal, org_id=request.org_id).org_id)
-        outcome = await self._feedback.execute(request)
-        self._count_feedback(outcome)
-        return schemas.feedback_response_to_json(outcome)
+        message = await call.read_message(DECODERS["RecordMemoryFeedback"])
+        request_id = call.correlate("", message.trace_id)
+        org_id = None if principal is None else self._bind(principal, org_id=message.org_id).org_id
+        outcome = await self._feedback.execute(
+            translation.feedback_request_from_proto(message, org_id=org_id, request_id=request_id))
+        self._metrics.observe_feedback(outcome)
+        return render(translation.feedback_to_proto(outcome))
+
+    def _tenant(self, principal: VerifiedPrincipal | None, org_id: str, agent_id: str) -> tuple[str, str] | None:
+        """The (org_id, agent_id) admitted for the call; None without caller auth (the request's own)."""
+        if principal is None:
+            return None
+        tenant = self._bind(principal, org_id=org_id, agent_id=agent_id)
+        return tenant.org_id, tenant.agent_id
 
     def _bind(self, principal: VerifiedPrincipal, *, org_id: str, agent_id: str | None = None) -> Tenant:
-        """``bind_request``, counting a refusal in the auth-failure metric like every other."""
-        try:
-            return bind_request(principal, org_id=org_id, agent_id=agent_id)
-        except AuthError as exc:
-            self._metrics.auth_failure(exc.reason)
-            raise
+        """The authenticator's binding (a refusal is counted there, like every auth failure)."""
+        assert self._authenticator is not None  # a principal only comes from it
+        return self._authenticator.authorize(principal, org_id=org_id, agent_id=agent_id)
 
     def _principal(self, call: ApiCall) -> VerifiedPrincipal | None:
-        return None if self._authenticate is None else self._authenticate(call.request.headers)
-
-    def _count_feedback(self, outcome: FeedbackOutcome) -> None:
-        for update in outcome.updates:
-            label = update.error.split(" ", 1)[0].split(":", 1)[0] if update.error else "applied"
-            self._metrics.feedback_result(label)
+        return None if self._authenticator is None else self._authenticator.authenticate(call.request.headers)
 
 
 async def _answer(call: ApiCall, method: str, handler: Handler) -> tuple[Response, str]:

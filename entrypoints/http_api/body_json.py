@@ -1,9 +1,10 @@
 """Request bodies decoded at a bounded cost: the shape is checked in C, before any Python tree exists.
 
-``json.loads`` builds the whole document before a single field can be checked: 16 MB of
-``{"x": [{}, {}, ...]}`` were five million dicts (1-2 s of a blocked loop, 400 MB) before the
-unknown field was noticed, 1,100 nested arrays a RecursionError. ``BodyDecoder(spec).decode(body)``
-decodes with msgspec against a *gate* type generated from the message description instead:
+``json.loads`` (and so ``json_format.Parse``) builds the whole document before a single field can be
+checked: 16 MB of ``{"x": [{}, {}, ...]}`` were five million dicts (1-2 s of a blocked loop, 400 MB)
+before the unknown field was noticed, 1,100 nested arrays a RecursionError.
+``BodyDecoder(message_class).decode(body)`` decodes with msgspec against a *gate* type generated
+from the message's descriptor instead:
 
 - every JSON object is a Struct that forbids unknown fields: an unknown key is refused when it is
   read, before its value is;
@@ -22,11 +23,11 @@ A body that fits the gate is bounded in every dimension by the largest valid req
 - duplicate keys: msgspec keeps the last value, protobuf's JSON parser refuses the document; the
   keys are checked on a skeleton of the body (long strings emptied, whitespace dropped: a few
   kilobytes), with ``json.loads`` and a pairs hook;
-- the decoded value, as plain dicts and lists with the keys as sent, goes to
-  ``json_mapping.parse_message`` for the proto3 JSON rules (int32 from strings, float32 range,
-  nulls, a field under both of its names), exactly as before.
+- ``BodyDecoder.read(body)`` gives the decoded value, plain dicts and lists with the keys as sent,
+  to ``proto_json.parse``: ``json_format`` builds the message (int32 from strings, the float32
+  range, nulls) and the edge's own rules are checked (a field under both of its names).
 
-Every refusal is an ``InvalidRequestError`` naming the proto field path with json_mapping's
+Every refusal is an ``InvalidRequestError`` naming the proto field path with proto_json's
 messages (``recent_messages[3].role must be a string, got an array``). A body that is not JSON
 at all is named as ``the request body``; below ``PLAIN_FALLBACK_BYTES`` it is decoded again with
 ``json.loads`` to name the field (a lone surrogate in ``query``) and quote line and column.
@@ -47,24 +48,13 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 import msgspec
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
 
 from domain.model.errors import InvalidRequestError
-from entrypoints.http_api import limits
-from entrypoints.http_api.json_mapping import (
-    FLOAT,
-    INT32,
-    MESSAGE,
-    Field,
-    MessageSpec,
-    echo,
-    json_type,
-    loads_object,
-    parse_field,
-    parse_message,
-    parse_single,
-    unique_keys,
-    unknown_field,
-)
+from entrypoints.http_api import limits, proto_json
+from entrypoints.http_api.errors import echo
+from entrypoints.http_api.proto_json import fields_by_key, json_type, loads_object, refusal, unique_keys, unknown_field
 
 WHAT = "the request body"
 PRECISE_FALLBACK_BYTES = 256 * 1024  # a refused body this small is decoded again to name the field (~1 ms)
@@ -78,7 +68,6 @@ _PATH = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
 _ERROR = re.compile(r"(?P<what>.*?)(?: - at `(?P<path>\$[^`]*)`)?", re.DOTALL)
 _EXPECTED = re.compile(r"Expected `(?P<expected>[^`]*)`(?P<rest>.*?)(?:, got `(?P<got>\w+)`)?", re.DOTALL)
 _UNKNOWN = "Object contains unknown field `"
-_RANGES = {INT32: "int32", FLOAT: "float32"}
 _NOTHING = Annotated[int, msgspec.Meta(ge=1, le=0)]  # no JSON value fits: refused at its first byte
 _SCALAR = bool | int | float | Annotated[str, msgspec.Meta(max_length=limits.MAX_STRING_CHARS)] | None
 
@@ -88,15 +77,21 @@ class _Refused(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class BodyDecoder:
-    """Decodes one request type's JSON body into plain values for ``parse_message`` (see the module)."""
+    """Decodes one request type's JSON body: ``decode`` to plain values, ``read`` to the message."""
 
-    def __init__(self, spec: MessageSpec, repeated_bounds: Mapping[str, Mapping[str, int]] = limits.REPEATED_BOUNDS):
-        self.spec = spec
+    def __init__(self, message_class: type[Message],
+                 repeated_bounds: Mapping[str, Mapping[str, int]] = limits.REPEATED_BOUNDS) -> None:
+        self.message_class = message_class
+        self.descriptor: Descriptor = message_class.DESCRIPTOR
         self._bounds = repeated_bounds
         self._elements: dict[str, Any] = {}  # JSON key (as sent) of a top-level repeated field -> element decoder
-        self._typed, self.max_depth = self._gate_type(spec)  # elements typed too: for naming a deep element
-        self._decoder = msgspec.json.Decoder(self._gate_type(spec, top=True)[0])
+        self._typed, self.max_depth = self._gate_type(self.descriptor)  # elements typed too: for naming a deep one
+        self._decoder = msgspec.json.Decoder(self._gate_type(self.descriptor, top=True)[0])
         self._precise = msgspec.json.Decoder(self._typed)
+
+    def read(self, body: bytes | bytearray | memoryview) -> Message:
+        """The request message (``proto_json.parse`` of ``decode``); InvalidRequestError naming the field."""
+        return proto_json.parse(self.decode(body), self.message_class)
 
     def decode(self, body: bytes | bytearray | memoryview) -> dict[str, Any]:
         """The body as ``{key as sent: value}``; InvalidRequestError naming the field otherwise.
@@ -136,18 +131,18 @@ class BodyDecoder:
                 return self._refusal(str(exc))
             except (msgspec.DecodeError, RecursionError):
                 pass
-        return InvalidRequestError("", f"{WHAT} nests arrays or objects deeper than {self.spec.name} allows "
+        return InvalidRequestError("", f"{WHAT} nests arrays or objects deeper than {self.descriptor.name} allows "
                                    f"({self.max_depth} levels)")
 
     # ------------------------------------------------------------ the gate type
 
-    def _gate_type(self, spec: MessageSpec, top: bool = False) -> tuple[Any, int]:
+    def _gate_type(self, descriptor: Descriptor, top: bool = False) -> tuple[Any, int]:
         fields: list[tuple[str, Any, Any]] = []
         rename: dict[str, str] = {}
         depth = 1
-        for field in spec.fields:
-            kind, field_depth = self._field_type(spec, field, skip_elements=top)
-            if top and field.repeated:
+        for field in descriptor.fields:
+            kind, field_depth = self._field_type(descriptor, field, skip_elements=top)
+            if top and field.is_repeated:
                 element = msgspec.json.Decoder(self._element_type(field)[0])
                 self._elements.update(dict.fromkeys((field.name, field.json_name), element))
             depth = max(depth, 1 + field_depth)
@@ -155,48 +150,48 @@ class BodyDecoder:
                 attribute = key if key == field.name else f"{field.name}__json"
                 fields.append((attribute, kind, _UNSET))
                 rename[attribute] = key
-        gate = msgspec.defstruct(f"{spec.name}Gate", fields, rename=rename, forbid_unknown_fields=True)
+        gate = msgspec.defstruct(f"{descriptor.name}Gate", fields, rename=rename, forbid_unknown_fields=True)
         return gate, depth
 
-    def _element_type(self, field: Field) -> tuple[Any, int]:
-        if field.kind == MESSAGE:
-            assert field.message is not None
-            element, depth = self._gate_type(field.message)
+    def _element_type(self, field: FieldDescriptor) -> tuple[Any, int]:
+        if field.message_type is not None:
+            element, depth = self._gate_type(field.message_type)
             return element | None, depth
         return _SCALAR, 0
 
-    def _field_type(self, spec: MessageSpec, field: Field, skip_elements: bool = False) -> tuple[Any, int]:
-        if field.refusal:
+    def _field_type(self, descriptor: Descriptor, field: FieldDescriptor,
+                    skip_elements: bool = False) -> tuple[Any, int]:
+        if refusal(descriptor, field):
             return _Refused | None, 1
         element, depth = self._element_type(field)
-        if not field.repeated:
+        if not field.is_repeated:
             return element, depth
         if skip_elements:
             element = msgspec.Raw
-        most = self._bounds[spec.name][field.name]
+        most = self._bounds[descriptor.name][field.name]
         slots = [(f"item{index}", element, _UNSET) for index in range(most)]
         slots.append((f"item{most}", _NOTHING, _UNSET))  # an element past the bound fails here, with its path
-        array = msgspec.defstruct(f"{spec.name}_{field.name}", slots, array_like=True, forbid_unknown_fields=True)
+        array = msgspec.defstruct(f"{descriptor.name}_{field.name}", slots, array_like=True, forbid_unknown_fields=True)
         return array | None, depth + 1
 
     # ------------------------------------------------------------ errors
 
     def _refusal(self, text: str) -> InvalidRequestError:
-        """A msgspec ValidationError as json_mapping would have worded it, naming the proto path."""
+        """A msgspec ValidationError in proto_json's words, naming the proto path."""
         parts = _ERROR.fullmatch(text)
         assert parts is not None  # the pattern matches any text
-        what, located = parts["what"], _Location.find(self.spec, parts["path"] or "$")
+        what, located = parts["what"], _Location.find(self.descriptor, parts["path"] or "$")
         if located is None:
-            return InvalidRequestError("", f"{WHAT} does not fit {self.spec.name}: {echo(text)}")
-        if located.field is not None and located.field.refusal:
-            return InvalidRequestError(located.path, located.field.refusal)
+            return InvalidRequestError("", f"{WHAT} does not fit {self.descriptor.name}: {echo(text)}")
+        if located.field is not None and located.owner is not None and (reason := refusal(located.owner, located.field)):
+            return InvalidRequestError(located.path, reason)
         if located.element and located.owner is not None and located.field is not None:
             most = self._bounds[located.owner.name][located.field.name]
             if located.index >= most:
                 field_path = located.path.rpartition("[")[0]
                 return InvalidRequestError(field_path, f"{field_path} exceeds {most} items")
-        if what.startswith(_UNKNOWN) and what.endswith("`") and located.spec is not None:
-            return unknown_field(what[len(_UNKNOWN):-1], located.spec, located.path)
+        if what.startswith(_UNKNOWN) and what.endswith("`") and located.descriptor is not None:
+            return unknown_field(what[len(_UNKNOWN):-1], located.descriptor, located.path)
         expected = _EXPECTED.fullmatch(what)
         if expected is None:  # "Integer value out of range", "Number out of range": no float holds it
             return located.out_of_range()
@@ -205,7 +200,8 @@ class BodyDecoder:
         rest = expected["rest"]
         if "length <=" in rest:
             return InvalidRequestError(located.path, f"{located.path} exceeds {_number(rest)} characters")
-        return InvalidRequestError(located.path, f"{located.path or WHAT} does not fit {self.spec.name}: {echo(text)}")
+        return InvalidRequestError(located.path,
+                                   f"{located.path or WHAT} does not fit {self.descriptor.name}: {echo(text)}")
 
     def _malformed(self, body: bytes | bytearray | memoryview, text: str) -> InvalidRequestError:
         if len(body) <= PRECISE_FALLBACK_BYTES:
@@ -217,7 +213,7 @@ class BodyDecoder:
                 pass
         if len(body) <= PLAIN_FALLBACK_BYTES:
             try:
-                parse_message(loads_object(bytes(body).decode("utf-8"), WHAT), self.spec)
+                proto_json.parse(loads_object(bytes(body).decode("utf-8"), WHAT), self.message_class)
             except UnicodeDecodeError:
                 return InvalidRequestError("", f"{WHAT} is not valid UTF-8")
             except InvalidRequestError as exc:
@@ -228,51 +224,48 @@ class BodyDecoder:
 class _Location:
     """Where in the request a msgspec path points: the proto path and what is expected there."""
 
-    def __init__(self, path: str, spec: MessageSpec | None, field: Field | None, owner: MessageSpec | None,
-                 index: int) -> None:
-        self.path, self.spec, self.field, self.owner, self.index = path, spec, field, owner, index
+    def __init__(self, path: str, descriptor: Descriptor | None, field: FieldDescriptor | None,
+                 owner: Descriptor | None, index: int) -> None:
+        self.path, self.descriptor, self.field, self.owner, self.index = path, descriptor, field, owner, index
         self.element = index >= 0  # the path ends at an element of a repeated field
 
     @classmethod
-    def find(cls, root: MessageSpec, where: str) -> _Location | None:
-        spec: MessageSpec | None = root
-        field: Field | None = None
-        owner: MessageSpec | None = None
+    def find(cls, root: Descriptor, where: str) -> _Location | None:
+        descriptor: Descriptor | None = root  # the message the path is in (None: a scalar or an array)
+        field: FieldDescriptor | None = None
+        owner: Descriptor | None = None
         path, element, position, last_index = "", False, 1, -1
         for match in _PATH.finditer(where, 1):
             if match.start() != position:
                 return None
             position = match.end()
             key, index = match.groups()
-            if key is not None:  # into an object: spec must be a message here
-                if spec is None:
+            if key is not None:  # into an object: a message here
+                if descriptor is None:
                     return None
-                owner, field = spec, spec.lookup().get(key)
+                owner, field = descriptor, fields_by_key(descriptor).get(key)
                 if field is None:
                     return None
-                path, element, last_index = f"{path}.{field.name}" if path else field.name, False, -1
-                spec = field.message if field.kind == MESSAGE and not field.repeated else None
+                path, element, last_index = proto_json.join(path, field.name), False, -1
+                descriptor = field.message_type if not field.is_repeated else None
             else:  # into an array: field must be repeated and not yet indexed
-                if field is None or not field.repeated or element:
+                if field is None or not field.is_repeated or element:
                     return None
                 path, element, last_index = f"{path}[{index}]", True, int(index)
-                spec = field.message if field.kind == MESSAGE else None
-        return cls(path, spec, field, owner, last_index) if position == len(where) else None
+                descriptor = field.message_type
+        return cls(path, descriptor, field, owner, last_index) if position == len(where) else None
 
     def error(self, raw: object) -> InvalidRequestError:
-        """The error json_mapping raises for ``raw`` here (a value of the JSON type that was refused)."""
+        """The error proto_json gives for ``raw`` here (a value of the JSON type that was refused)."""
         if self.field is None:
             return InvalidRequestError("", f"{WHAT} must be a JSON object, got {json_type(raw)}")
-        try:
-            (parse_single if self.element else parse_field)(raw, self.field, self.path)
-        except InvalidRequestError as exc:
-            return exc
-        return InvalidRequestError(self.path, f"{self.path} is not valid here")  # the gate refused it: never reached
+        error = proto_json.type_error(self.field, raw, self.path, element=self.element)
+        return error or InvalidRequestError(self.path, f"{self.path} is not valid here")  # the gate refused it: never reached
 
     def out_of_range(self) -> InvalidRequestError:
         """A JSON number beyond any float (1e400, 5,000 digits) where the field is."""
-        if self.field is not None and self.field.kind in _RANGES:
-            return InvalidRequestError(self.path, f"{self.path} is outside the {_RANGES[self.field.kind]} range")
+        if self.field is not None and proto_json.numeric(self.field) and (self.element or not self.field.is_repeated):
+            return proto_json.out_of_range(self.field, self.path)
         return self.error(0)
 
 

@@ -4,9 +4,10 @@ Body rules: ``Content-Type`` must be ``application/json`` (charset, when given, 
 at most the route's byte limit (``limits.py``) else 413, refused from ``Content-Length`` before a
 byte is read and while reading otherwise; the whole body within ``read_timeout_s`` of the first
 read else 408 (and the connection is closed); UTF-8 JSON whose top level is an object else 400.
-The body is decoded by the route's ``BodyDecoder`` (bounded cost, ``body_json.py``); one larger
-than ``INLINE_DECODE_BYTES`` is decoded on one worker thread, so the event loop serves other
-calls meanwhile (each step of a decode holds the interpreter for at most ~50 ms, at the limit).
+The body is read into the route's request message by its ``BodyDecoder`` (bounded decoding, then
+``json_format``: ``body_json.py``, ``proto_json.py``); one larger than ``INLINE_DECODE_BYTES`` is
+decoded on one worker thread, so the event loop serves other calls meanwhile (each step of a
+decode holds the interpreter for at most ~50 ms, at the limit).
 
 Correlation: the call's request id is the body's ``requestId``, else ``X-Request-ID`` (1..128
 visible ASCII characters, else 400), else one generated for the call (a UUID4). That one id is
@@ -21,9 +22,9 @@ import asyncio
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
+from google.protobuf.message import Message
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
@@ -36,8 +37,8 @@ from entrypoints.http_api.errors import (
     REQUEST_TIMEOUT,
     UNSUPPORTED_MEDIA_TYPE,
     ApiError,
+    echo,
 )
-from entrypoints.http_api.json_mapping import echo
 from entrypoints.http_api.limits import ASSEMBLE_BODY_LIMIT
 from entrypoints.observability.correlation import new_request_id
 
@@ -47,7 +48,6 @@ DEFAULT_READ_TIMEOUT_S = 10.0
 INLINE_DECODE_BYTES = 256 * 1024  # ~1 ms of decoding: below it, a thread hop costs more than it saves
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]{1,128}")
 _decode_pool: ThreadPoolExecutor | None = None
-T = TypeVar("T")
 
 
 def _decoder_thread() -> ThreadPoolExecutor:
@@ -77,16 +77,16 @@ class ApiCall:
             self.request_id = request_id
         return self.request_id
 
-    async def read_request(self, decoder: BodyDecoder, build: Callable[[dict[str, Any]], T]) -> T:
-        """``build(decoded body)``: the domain request (see the module docstring for the checks)."""
+    async def read_message(self, decoder: BodyDecoder) -> Message:
+        """The body as the route's request message (see the module docstring for the checks)."""
         if self._header_id and not _HEADER_SAFE.fullmatch(self._header_id):
             raise ApiError(400, INVALID_ARGUMENT, f"{REQUEST_ID_HEADER} must be 1..128 visible ASCII characters",
                            REQUEST_ID_HEADER)
         self._check_media_type()
         body = await self._read_limited()
         if len(body) <= INLINE_DECODE_BYTES:
-            return build(decoder.decode(body))
-        return await asyncio.get_running_loop().run_in_executor(_decoder_thread(), lambda: build(decoder.decode(body)))
+            return decoder.read(body)
+        return await asyncio.get_running_loop().run_in_executor(_decoder_thread(), decoder.read, body)
 
     def respond(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
         headers = dict(headers or {})

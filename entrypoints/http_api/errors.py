@@ -39,6 +39,14 @@ CANCELLED = "CANCELLED"
 INTERNAL = "INTERNAL"
 OK = "OK"
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request its client abandoned
+MAX_ECHO_CHARS = 64
+
+
+def echo(text: str) -> str:
+    """``text`` as an error may quote it: at most MAX_ECHO_CHARS characters, lone surrogates written as
+    backslash escapes (so every error renders as UTF-8 JSON)."""
+    short = text if len(text) <= MAX_ECHO_CHARS else text[:MAX_ECHO_CHARS] + "..."
+    return short.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @attrs.frozen

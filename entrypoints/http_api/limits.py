@@ -4,7 +4,7 @@ Every bound comes from ``domain.usecases.validation`` (the same numbers the use 
 the gRPC edge sizes its receive limit from, ``grpc_api.wire``); nothing here is a guess.
 
 **Body limit.** A route's limit is the size of the largest valid request body plus a margin,
-computed field by field from the message description (``messages.py``):
+computed field by field from the generated message's descriptor (``contracts/ibex/context/v1``):
 
 - every string at its character bound, each character in the longest form JSON has for it, 6
   bytes: a ``\\uXXXX`` escape, which every encoder writes for control characters and an
@@ -39,41 +39,45 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
+from contracts.ibex.context.v1 import context_pb2 as pb
 from domain.usecases import validation as bounds
-from entrypoints.http_api import messages as m
-from entrypoints.http_api.json_mapping import MESSAGE, STRING, MessageSpec
+from entrypoints.http_api.proto_json import refusal
 
 ESCAPED_CHAR_BYTES = 6
 NUMBER_BYTES = 64
 MARGIN_BYTES = 64 * 1024
+_ASSEMBLE, _SEARCH, _FEEDBACK = (pb.AssembleContextRequest.DESCRIPTOR, pb.SearchMemoriesRequest.DESCRIPTOR,
+                                 pb.RecordMemoryFeedbackRequest.DESCRIPTOR)
 
 # the character bound of every string field, by message and proto field name
 STRING_BOUNDS: Mapping[str, Mapping[str, int]] = {
-    m.ASSEMBLE_CONTEXT_REQUEST.name: {
+    _ASSEMBLE.name: {
         **dict.fromkeys(("agent_id", "org_id", "session_id", "directive_version_id", "request_id", "trace_id",
                          "span_id"), bounds.MAX_ID_CHARS),
         "query": bounds.MAX_QUERY_CHARS, "model": bounds.MAX_MODEL_CHARS,
         "tool_schemas": bounds.MAX_TOOL_SCHEMA_CHARS,
     },
-    m.MESSAGE_SPEC.name: {"role": bounds.MAX_ROLE_CHARS, "content": bounds.MAX_CONTENT_CHARS},
-    m.SEARCH_MEMORIES_REQUEST.name: {
+    pb.Message.DESCRIPTOR.name: {"role": bounds.MAX_ROLE_CHARS, "content": bounds.MAX_CONTENT_CHARS},
+    _SEARCH.name: {
         **dict.fromkeys(("agent_id", "org_id", "session_id"), bounds.MAX_ID_CHARS),
         "query": bounds.MAX_QUERY_CHARS, "categories": bounds.MAX_CATEGORY_CHARS, "tags": bounds.MAX_TAG_CHARS,
     },
-    m.RECORD_MEMORY_FEEDBACK_REQUEST.name: {
+    _FEEDBACK.name: {
         **dict.fromkeys(("memory_ids", "session_id", "trace_id", "org_id"), bounds.MAX_ID_CHARS),
         "feedback": bounds.MAX_FEEDBACK_CHARS,
     },
 }
 # the most items of every repeated field of a request
 REPEATED_BOUNDS: Mapping[str, Mapping[str, int]] = {
-    m.ASSEMBLE_CONTEXT_REQUEST.name: {"recent_messages": bounds.MAX_MESSAGES, "tool_schemas": bounds.MAX_TOOL_SCHEMAS},
-    m.SEARCH_MEMORIES_REQUEST.name: {"categories": bounds.MAX_SEARCH_CATEGORIES, "tags": bounds.MAX_SEARCH_TAGS},
-    m.RECORD_MEMORY_FEEDBACK_REQUEST.name: {"memory_ids": bounds.MAX_FEEDBACK_IDS},
+    _ASSEMBLE.name: {"recent_messages": bounds.MAX_MESSAGES, "tool_schemas": bounds.MAX_TOOL_SCHEMAS},
+    _SEARCH.name: {"categories": bounds.MAX_SEARCH_CATEGORIES, "tags": bounds.MAX_SEARCH_TAGS},
+    _FEEDBACK.name: {"memory_ids": bounds.MAX_FEEDBACK_IDS},
 }
 # repeated string fields bounded in total as well as per item
 TOTAL_CHARS_BOUNDS: Mapping[str, Mapping[str, int]] = {
-    m.ASSEMBLE_CONTEXT_REQUEST.name: {"tool_schemas": bounds.MAX_TOOL_SCHEMAS_TOTAL_CHARS},
+    _ASSEMBLE.name: {"tool_schemas": bounds.MAX_TOOL_SCHEMAS_TOTAL_CHARS},
 }
 MAX_STRING_CHARS = max(limit for fields in STRING_BOUNDS.values() for limit in fields.values())
 
@@ -82,47 +86,45 @@ def _string_bytes(chars: int) -> int:
     return 2 + chars * ESCAPED_CHAR_BYTES
 
 
-def _object_bytes(spec: MessageSpec) -> int:
-    strings = STRING_BOUNDS.get(spec.name, {})
-    items = REPEATED_BOUNDS.get(spec.name, {})
-    totals = TOTAL_CHARS_BOUNDS.get(spec.name, {})
+def _object_bytes(descriptor: Descriptor) -> int:
+    strings = STRING_BOUNDS.get(descriptor.name, {})
+    items = REPEATED_BOUNDS.get(descriptor.name, {})
+    totals = TOTAL_CHARS_BOUNDS.get(descriptor.name, {})
     size = 2  # braces
-    for field in spec.fields:
+    for field in descriptor.fields:
         name = max(field.name, field.json_name, key=len)
         size += len(name) + 4  # quotes, colon, comma
-        if field.refusal:
+        if refusal(descriptor, field):
             size += len("null")
-        elif field.repeated:
+        elif field.is_repeated:
             count = items[field.name]
             size += 2 + count  # brackets, commas
-            if field.kind == MESSAGE:
-                assert field.message is not None
-                size += count * _object_bytes(field.message)
-            elif field.kind == STRING:
+            if field.message_type is not None:
+                size += count * _object_bytes(field.message_type)
+            elif field.type == FieldDescriptor.TYPE_STRING:
                 chars = min(count * strings[field.name], totals.get(field.name, count * strings[field.name]))
                 size += count * 2 + chars * ESCAPED_CHAR_BYTES
             else:
                 size += count * NUMBER_BYTES
-        elif field.kind == MESSAGE:
-            assert field.message is not None
-            size += _object_bytes(field.message)
-        elif field.kind == STRING:
+        elif field.message_type is not None:
+            size += _object_bytes(field.message_type)
+        elif field.type == FieldDescriptor.TYPE_STRING:
             size += _string_bytes(strings[field.name])
         else:
             size += NUMBER_BYTES
     return size
 
 
-def largest_body_bytes(spec: MessageSpec) -> int:
+def largest_body_bytes(descriptor: Descriptor) -> int:
     """The largest valid JSON body of a request type, without the margin."""
-    return _object_bytes(spec)
+    return _object_bytes(descriptor)
 
 
-def body_limit(spec: MessageSpec) -> int:
+def body_limit(descriptor: Descriptor) -> int:
     """The most bytes the edge reads for a request type's body (413 beyond)."""
-    return largest_body_bytes(spec) + MARGIN_BYTES
+    return largest_body_bytes(descriptor) + MARGIN_BYTES
 
 
-ASSEMBLE_BODY_LIMIT = body_limit(m.ASSEMBLE_CONTEXT_REQUEST)
-SEARCH_BODY_LIMIT = body_limit(m.SEARCH_MEMORIES_REQUEST)
-FEEDBACK_BODY_LIMIT = body_limit(m.RECORD_MEMORY_FEEDBACK_REQUEST)
+ASSEMBLE_BODY_LIMIT = body_limit(_ASSEMBLE)
+SEARCH_BODY_LIMIT = body_limit(_SEARCH)
+FEEDBACK_BODY_LIMIT = body_limit(_FEEDBACK)

@@ -8,7 +8,10 @@ from contextlib import contextmanager
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from domain.model.assembly import AssemblyResult
+from domain.model.assembly import AssemblyResult, BranchOutcome
+from domain.model.operations import FeedbackOutcome
+
+FEEDBACK_APPLIED = "applied"
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
 _TOKEN_BUCKETS = (0, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
@@ -40,7 +43,7 @@ class ServiceMetrics:
         self.assemblies.labels(result.degradation_level).inc()
         for branch in result.branches:
             self.branch_outcomes.labels(branch.name, branch.outcome).inc()
-            if branch.outcome != "skipped":
+            if branch.outcome != BranchOutcome.SKIPPED:
                 self.branch_latency.labels(branch.name).observe(branch.latency_ms / 1000.0)
         self.packing_paths.labels(result.packing_path).inc()
         self.usable_budget.observe(result.usable_budget)
@@ -56,8 +59,10 @@ class ServiceMetrics:
     def auth_failure(self, reason: str) -> None:
         self.auth_failures.labels(reason).inc()
 
-    def feedback_result(self, result: str) -> None:
-        self.feedback_updates.labels(result).inc()
+    def observe_feedback(self, outcome: FeedbackOutcome) -> None:
+        """One count per id: ``applied`` or its failure (``FeedbackFailure``), the same at both edges."""
+        for update in outcome.updates:
+            self.feedback_updates.labels(update.failure or FEEDBACK_APPLIED).inc()
 
     def trace_span_dropped(self) -> None:
         self.trace_spans_dropped.inc()

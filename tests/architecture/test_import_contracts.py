@@ -43,10 +43,13 @@ def copy_tree(tmp_path: Path) -> Path:
     ("domain/usecases/planted.py", "from opentelemetry import trace\n", "Domain and ports import no transport"),
     ("domain/model/planted.py", "import adapters.system_clock\n", "Hexagon: dependencies point inward"),
     ("ports/planted.py", "import numpy\n", "Ports import only the domain model"),
-    ("domain/formatter_planted.py", "import time\n", "read no clock, env, filesystem"),
+    ("domain/layout_planted.py", "import time\n", "read no clock, env, filesystem"),
     ("adapters/planted.py", "import adapters.system_clock\nimport adapters.secrets_nonce_source\n", "Adapters are independent"),
     ("adapters/planted_di.py", "import dependency_injector\n", "Only entrypoints.containers and entrypoints.cli import dependency_injector"),
-    ("entrypoints/settings_planted.py", "from contracts.ibex.context.v1 import context_pb2\n", "Only the gRPC edge, caller auth and the CLI import generated protobuf code"),
+    ("entrypoints/settings_planted.py", "from contracts.ibex.context.v1 import context_pb2\n", "Only the edges, their translation, auth and the CLI import protobuf code"),
+    ("adapters/planted_proto.py", "from contracts.ibex.context.v1 import context_pb2\n", "Only the edges, their translation, auth and the CLI import protobuf code"),
+    ("entrypoints/translation.py", "import entrypoints.http_api.app\n", "Entrypoints: cli runs"),
+    ("entrypoints/grpc_api/planted.py", "import entrypoints.containers\n", "Entrypoints: cli runs"),
 ])
 def test_a_planted_violation_is_reported(tmp_path: Path, module: str, source: str, contract: str) -> None:
     root = copy_tree(tmp_path)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from adapters.redis_directive_store import parse_sentinel_url
-from entrypoints.auth.bind import bind_guard
+from entrypoints.auth.bind_guard import bind_guard
 from entrypoints.grpc_api.server import LIVENESS_NAME, SERVICE_NAME
 from entrypoints.settings import Settings
 from tests.deploy.test_image import RUNTIME_UID, bin_tool

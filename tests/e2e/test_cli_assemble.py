@@ -14,8 +14,8 @@ import pytest
 
 from adapters.embedded import EmbeddedDirectiveStore, EmbeddedMemoryStore
 from adapters.system_clock import SystemClock
+from contracts.ibex.context.v1 import context_pb2 as pb
 from entrypoints.cli import build_parser
-from entrypoints.http_api import messages
 
 pytestmark = pytest.mark.e2e
 
@@ -86,7 +86,7 @@ def test_json_prints_the_response_in_the_http_mapping(seeded: tuple[str, tuple[s
     result = run_cli(path, "--request", str(request), "--json")
     assert result.returncode == 0, result.stderr
     body = json.loads(result.stdout)
-    assert set(body) == {f.json_name for f in messages.ASSEMBLE_CONTEXT_RESPONSE.fields}
+    assert set(body) == {f.json_name for f in pb.AssembleContextResponse.DESCRIPTOR.fields}
     assert body["requestId"] == "cli-1" and body["memoriesIncluded"] == 1
     assert {m["memoryId"] for m in body["memoriesUsed"]} == set(ids)
     # relevance_v1: only the memory about slugs relates to the query; the others stay out, with their reason

@@ -1,8 +1,8 @@
 """Caller authentication over real grpc.aio on 127.0.0.1: real TLS, real certificates, real signatures.
 
-The servicer is a minimal ContextAssemblyServiceServicer that calls GrpcAuthenticator.admit() (which
-sets the failed call's status and returns None, never aborting) and records whether its "use case"
-was reached.
+The servicer is a minimal ContextAssemblyServiceServicer that authenticates and authorizes each call
+as the production servicer does (a refusal sets the call's status, never aborting) and records
+whether its "use case" was reached.
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ import pytest
 from contracts.ibex.auth.v1 import principal_context_pb2 as auth_pb
 from contracts.ibex.context.v1 import context_pb2 as pb
 from contracts.ibex.context.v1 import context_pb2_grpc as pb_grpc
-from entrypoints.auth.bind import InsecureBindError, bind_guard
-from entrypoints.auth.failures import FailureTally
-from entrypoints.auth.grpc_auth import GrpcAuthenticator, server_credentials
+from entrypoints.auth.bind_guard import InsecureBindError, bind_guard
+from tests.support.failure_tally import FailureTally
+from entrypoints.auth.binding import Tenant
+from entrypoints.auth.errors import AuthError
+from entrypoints.auth.grpc_auth import GrpcAuthenticator, server_credentials, set_auth_status
 from entrypoints.auth.keys import KeyRing
 from entrypoints.auth.proof import PROOF_METADATA_KEY, sign_proof
 from entrypoints.settings import Settings
@@ -47,6 +49,17 @@ pytestmark = pytest.mark.e2e
 Metadata = tuple[tuple[str, bytes], ...]
 
 
+async def admit(authenticator: GrpcAuthenticator, context: grpc.aio.ServicerContext, *, org_id: str,
+                agent_id: str | None = None) -> Tenant | None:
+    """Authenticate and authorize; on AuthError set the call's status (``set_auth_status``) and return None."""
+    try:
+        principal = authenticator.authenticate(context.invocation_metadata())
+        return authenticator.authorize(principal, org_id=org_id, agent_id=agent_id)
+    except AuthError as exc:
+        set_auth_status(context, exc)
+        return None
+
+
 class RecordingServicer(pb_grpc.ContextAssemblyServiceServicer):
     """Authenticates and binds every call, then records the ids its use case would have seen."""
 
@@ -55,21 +68,21 @@ class RecordingServicer(pb_grpc.ContextAssemblyServiceServicer):
         self.reached: list[tuple[str, str, str]] = []
 
     async def AssembleContext(self, request, context):
-        tenant = await self.authenticator.admit(context, org_id=request.org_id, agent_id=request.agent_id)
+        tenant = await admit(self.authenticator, context, org_id=request.org_id, agent_id=request.agent_id)
         if tenant is None:
             return pb.AssembleContextResponse()
         self.reached.append(("AssembleContext", tenant.org_id, tenant.agent_id))
         return pb.AssembleContextResponse(request_id=request.request_id)
 
     async def SearchMemories(self, request, context):
-        tenant = await self.authenticator.admit(context, org_id=request.org_id, agent_id=request.agent_id)
+        tenant = await admit(self.authenticator, context, org_id=request.org_id, agent_id=request.agent_id)
         if tenant is None:
             return pb.SearchMemoriesResponse()
         self.reached.append(("SearchMemories", tenant.org_id, tenant.agent_id))
         return pb.SearchMemoriesResponse()
 
     async def RecordMemoryFeedback(self, request, context):
-        tenant = await self.authenticator.admit(context, org_id=request.org_id)
+        tenant = await admit(self.authenticator, context, org_id=request.org_id)
         if tenant is None:
             return pb.RecordMemoryFeedbackResponse()
         self.reached.append(("RecordMemoryFeedback", tenant.org_id, tenant.agent_id))

@@ -25,10 +25,10 @@ import uvicorn
 
 from adapters.embedded import EmbeddedDirectiveStore, EmbeddedMemoryStore
 from adapters.system_clock import SystemClock
+from contracts.ibex.context.v1 import context_pb2 as pb
 from entrypoints.auth.http_auth import PROOF_HEADER, HttpAuthenticator
 from entrypoints.auth.keys import KeyRing
 from entrypoints.containers import open_application
-from entrypoints.http_api import messages
 from entrypoints.http_api.app import make_app
 from entrypoints.settings import Settings
 from tests.support.memory_server import MemoryServer
@@ -42,7 +42,7 @@ ODD_MODEL = "odd-model"  # its family names an estimate kind no counter supports
 MAX_BODY = 256 * 1024
 GENEROUS = {"timeout_ms": 3000.0, "deadline_ms": 3000.0, "directive_timeout_ms": 2000.0,
             "hot_timeout_ms": 2000.0, "cold_timeout_ms": 2000.0}
-JSON_NAMES = {f.json_name for f in messages.ASSEMBLE_CONTEXT_RESPONSE.fields}
+JSON_NAMES = {f.json_name for f in pb.AssembleContextResponse.DESCRIPTOR.fields}
 
 
 class ServedApi:
@@ -79,10 +79,10 @@ class ServedApi:
             self._failure.append(exc)
             self._started.set()
             return
-        authenticate = HttpAuthenticator(self.keyring, on_failure=app.metrics.auth_failure).authenticate
+        authenticator = HttpAuthenticator(self.keyring, on_failure=app.metrics.auth_failure)
         apps = {name: make_app(assemble=app.assemble, search=app.search, feedback=app.feedback, metrics=app.metrics,
-                               readiness=lambda: self.ready, authenticate=auth, max_body_bytes=MAX_BODY)
-                for name, auth in (("open", None), ("authed", authenticate))}
+                               readiness=lambda: self.ready, authenticator=auth, max_body_bytes=MAX_BODY)
+                for name, auth in (("open", None), ("authed", authenticator))}
         servers = {name: uvicorn.Server(uvicorn.Config(asgi, host="127.0.0.1", port=0, lifespan="off",
                                                        log_config=None, access_log=False))
                    for name, asgi in apps.items()}

@@ -1,6 +1,6 @@
 """The HTTP edge's auth helpers over a real uvicorn server on 127.0.0.1 with real mTLS and signatures.
 
-The app is a minimal Starlette route that calls HttpAuthenticator.admit() as the production HTTP
+The app is a minimal Starlette route that calls HttpAuthenticator.authenticate() and .authorize() as the production HTTP
 app must, and records whether its "use case" was reached.
 """
 
@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from entrypoints.auth.errors import AuthError
-from entrypoints.auth.failures import FailureTally
+from tests.support.failure_tally import FailureTally
 from entrypoints.auth.http_auth import PROOF_HEADER, HttpAuthenticator, error_body, http_status, uvicorn_ssl_options
 from entrypoints.auth.keys import KeyRing
 from tests.support.principal_proofs import AGENT, ORG, OTHER_ORG, context, ed_entry, ed_proof, write_key_file
@@ -35,7 +35,8 @@ def build_app(authenticator: HttpAuthenticator, reached: list[tuple[str, str]]) 
     async def search(request: Request) -> JSONResponse:
         body = await request.json()
         try:
-            tenant = authenticator.admit(request.headers, org_id=body["org_id"], agent_id=body["agent_id"])
+            principal = authenticator.authenticate(request.headers)
+            tenant = authenticator.authorize(principal, org_id=body["org_id"], agent_id=body["agent_id"])
         except AuthError as exc:
             return JSONResponse(error_body(exc), status_code=http_status(exc))
         reached.append((tenant.org_id, tenant.agent_id))

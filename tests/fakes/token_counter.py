@@ -19,15 +19,11 @@ class CharsDiv4Counter(TokenCounter):
     def kind(self) -> str:
         return self._kind
 
-    @property
-    def is_exact(self) -> bool:
-        return False
-
     def count(self, text: str) -> int:
         return math.ceil(len(text) / 4) if text else 0
 
-    def count_joined(self, parts: Sequence[str]) -> int:
-        return self.count("".join(parts))
+    def count_each(self, texts: Sequence[str]) -> tuple[int, ...]:
+        return tuple(self.count(text) for text in texts)
 
 
 class StaticCounters(TokenCounters):

@@ -21,8 +21,10 @@ from domain.model.assembly import AssembleRequest, AssemblyOptions
 from domain.model.memory import HotQuery
 from domain.model.messages import Message
 from domain.model.operations import FeedbackRequest
-from domain.usecases.assemble_context import AssembleContext, AssemblyConfig
+from domain.usecases.assemble_context import AssembleContext
+from domain.usecases.assembly_config import AssemblyConfig
 from domain.usecases.record_feedback import FeedbackConfig, RecordMemoryFeedback
+from entrypoints.settings import Settings
 from tests.support.go_envelope import go_envelope
 from tests.support.memory_server import MemoryServer
 from tests.support.redis_server import RedisServer
@@ -30,7 +32,7 @@ from tests.support.redis_server import RedisServer
 COUNTERS = TokenCountersRegistry()
 # Budgets far beyond what any branch takes: no test here depends on how fast the machine is. A test
 # that needs a branch to time out holds that endpoint (no answer at all) and gives it a short budget.
-CONFIG = AssemblyConfig(wall_s=30.0, directive_timeout_s=10.0, hot_timeout_s=10.0, cold_timeout_s=10.0)
+CONFIG = Settings().assembly_config(wall_s=30.0, directive_timeout_s=10.0, hot_timeout_s=10.0, cold_timeout_s=10.0)
 HANG_GUARD_S = 60.0
 
 

@@ -1,11 +1,14 @@
-"""The composition root with real backends: selection by settings, opening, closing, overriding."""
+"""The composition root with real backends: selection by settings, opening, closing, overriding,
+warm-up (no tenant named), caller authentication."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 
 import pytest
+import redis.asyncio as redis_asyncio
 from dependency_injector import providers
 
 from adapters.embedded.directive_store import EmbeddedDirectiveStore
@@ -17,8 +20,13 @@ from domain.model.assembly import AssembleRequest
 from domain.model.errors import UnknownModelError
 from domain.model.messages import Message
 from domain.relevance_policy import RelevancePolicy
-from entrypoints.containers import StartupError, build_container, container_config, open_application
+from entrypoints.auth.grpc_auth import GrpcAuthenticator
+from entrypoints.auth.http_auth import HttpAuthenticator
+from entrypoints.containers import EMBEDDED_WORKERS, StartupError, build_container, open_application
 from entrypoints.settings import Settings
+from tests.support.memory_server import MemoryServer
+from tests.support.principal_proofs import ed_entry, write_key_file
+from tests.support.redis_server import RedisServer, free_port
 
 ORG, AGENT = str(uuid.uuid4()), str(uuid.uuid4())
 
@@ -72,14 +80,13 @@ def test_use_case_configuration_comes_from_the_settings() -> None:
         "IBEX_CONTEXT_SCORE_POLICY": "interim_v1", "IBEX_CONTEXT_RELEVANCE_FLOOR": "0.4",
         "IBEX_CONTEXT_RELEVANCE_SHARPNESS": "2", "IBEX_CONTEXT_HOT_SLOTS": "3", "IBEX_CONTEXT_CORE_SLOTS": "1",
     })
-    usecases = container_config(settings)["usecases"]
-    assert usecases == {"wall_s": 0.030, "directive_timeout_s": 0.005, "hot_timeout_s": 0.015, "cold_timeout_s": 1.0,
-                        "nonce_bytes": 8, "hot_limit": 40, "cold_limit": 25, "deadline_headroom_s": 0.005,
-                        "score_policy": "interim_v1",
-                        "relevance": {"floor": 0.4, "sharpness": 2.0, "hot_slots": 3, "core_slots": 1}}
     container = build_container(settings)
     config = container.usecases.assemble.kwargs["config"]()
+    assert config == settings.assembly_config()
+    assert (config.wall_s, config.directive_timeout_s, config.hot_timeout_s, config.cold_timeout_s) == (0.030, 0.005, 0.015, 1.0)
+    assert (config.nonce_bytes, config.hot_limit, config.cold_limit, config.deadline_headroom_s) == (8, 40, 25, 0.005)
     assert (config.score_policy, config.relevance) == ("interim_v1", RelevancePolicy(floor=0.4, sharpness=2.0, hot_slots=3, core_slots=1))
+    assert container.usecases.search.kwargs["config"]() == settings.search_config()
 
 
 async def test_a_provider_can_be_overridden_before_opening(tmp_path: Path) -> None:
@@ -112,3 +119,82 @@ async def test_an_unusable_data_path_stops_start_up_naming_the_variable(tmp_path
     settings = Settings.from_env({"IBEX_CONTEXT_DATA_PATH": str(blocker / "ibex.db")})
     with pytest.raises(StartupError, match="^IBEX_CONTEXT_DATA_PATH: "):
         await open_application(settings)
+
+
+# ------------------------------------------------------------------ warm-up: no tenant named
+def _sqlite_workers() -> set[str]:
+    return {thread.name for thread in threading.enumerate() if thread.name.startswith("ibex-sqlite")}
+
+
+async def test_warm_up_starts_every_embedded_worker_before_the_first_call(tmp_path: Path) -> None:
+    settings = Settings.from_env({"IBEX_CONTEXT_DATA_PATH": str(tmp_path / "ibex.db")})
+    before = _sqlite_workers()
+    app = await open_application(settings)
+    try:
+        assert len(_sqlite_workers() - before) == EMBEDDED_WORKERS  # each with its prepared connection
+    finally:
+        await app.close()
+    assert not _sqlite_workers() - before  # closed with the application
+
+
+async def test_warm_up_asks_no_backend_about_any_tenant(private_redis: RedisServer, tmp_path: Path) -> None:
+    """Redis gets a PING (a connection opened before the first call's 5 ms branch), no GET;
+    the memory service nothing at all."""
+    probe = redis_asyncio.from_url(private_redis.url)
+    await probe.config_resetstat()
+    with MemoryServer.running() as memory_server:
+        memory_server.add_token("t", ORG)
+        memory_server.add_agent(ORG, AGENT)
+        settings = Settings.from_env({
+            "IBEX_CONTEXT_REDIS_URL": private_redis.url, "IBEX_CONTEXT_MEMORY_BASE_URL": memory_server.base_url,
+            "IBEX_CONTEXT_MEMORY_API_TOKEN": "t", "IBEX_CONTEXT_DATA_PATH": str(tmp_path / "unused.db"),
+            "IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS": "2s", "IBEX_CONTEXT_HOT_TIMEOUT_MS": "2s",
+            "IBEX_CONTEXT_COLD_TIMEOUT_MS": "2s", "IBEX_CONTEXT_DEADLINE_MS": "5s", "IBEX_CONTEXT_TIMEOUT": "5s",
+        })
+        app = await open_application(settings)
+        try:
+            assert memory_server.connections_accepted == 0 and memory_server.requests() == ()
+            stats = await probe.info("commandstats")
+            assert "cmdstat_get" not in stats and stats["cmdstat_ping"]["calls"] >= 1  # a connection is open
+            result = await app.assemble.execute(request())  # the first call connects, for its own tenant
+        finally:
+            await app.close()
+        assert {r.endpoint for r in memory_server.requests()} == {"hot", "search"}
+    assert (await probe.info("commandstats"))["cmdstat_get"]["calls"] == 1
+    await probe.aclose()
+    assert {b.name: b.outcome for b in result.branches} == {"directive": "success", "hot": "success", "cold": "success"}
+    assert not (tmp_path / "unused.db").exists()  # and no embedded file to warm
+
+
+async def test_an_unreachable_redis_at_start_up_degrades_instead_of_failing(tmp_path: Path) -> None:
+    settings = Settings.from_env({"IBEX_CONTEXT_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+                                  "IBEX_CONTEXT_DATA_PATH": str(tmp_path / "ibex.db")})
+    app = await open_application(settings)  # the PING is refused: logged, not fatal
+    try:
+        result = await app.assemble.execute(request())
+    finally:
+        await app.close()
+    directive = next(b for b in result.branches if b.name == "directive")
+    assert directive.outcome == "error" and "PING" not in directive.detail
+
+
+# ------------------------------------------------------------------ caller authentication
+def test_without_keys_or_certificates_there_is_no_caller_authentication() -> None:
+    auth = build_container(Settings()).auth
+    assert (auth.keyring(), auth.grpc_authenticator(), auth.http_authenticator()) == (None, None, None)
+    assert (auth.grpc_credentials(), auth.http_tls()) == (None, {})
+
+
+def test_principal_keys_give_both_edges_an_authenticator(tmp_path: Path) -> None:
+    keys = write_key_file(tmp_path / "keys.json", ed_entry("k1"))
+    auth = build_container(Settings.from_env({"IBEX_CONTEXT_PRINCIPAL_KEYS": str(keys)})).auth
+    grpc_authenticator, http_authenticator = auth.grpc_authenticator(), auth.http_authenticator()
+    assert isinstance(grpc_authenticator, GrpcAuthenticator) and grpc_authenticator.enabled
+    assert isinstance(http_authenticator, HttpAuthenticator) and http_authenticator.enabled
+
+
+def test_a_bad_key_file_stops_start_up_naming_the_variable(tmp_path: Path) -> None:
+    bad = tmp_path / "keys.json"
+    bad.write_text("{not json")
+    with pytest.raises(StartupError, match="^IBEX_CONTEXT_PRINCIPAL_KEYS: "):
+        build_container(Settings.from_env({"IBEX_CONTEXT_PRINCIPAL_KEYS": str(bad)})).auth.keyring()

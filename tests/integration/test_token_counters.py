@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from tiktoken_ext import openai_public
 
 from adapters.token_counters import TokenCountersRegistry
-from domain.formatter import memory_element_parts
+from domain.layout import frame
 from adapters.token_counters.boundaries import split_lines, split_lines_by_regex, split_words
 from adapters.token_counters.exact import (
     ENCODING_SPECS,
@@ -269,7 +269,6 @@ def test_cache_is_bounded_and_long_chunks_bypass_it(reference: dict[str, tiktoke
 def test_registry_serves_every_kind_once(registry: TokenCountersRegistry, kind: str) -> None:
     counter = registry.for_kind(kind)
     assert counter.kind == kind
-    assert counter.is_exact == kind.startswith("exact_")
     assert registry.for_kind(kind) is counter
 
 
@@ -339,29 +338,30 @@ joined_parts = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(parts=joined_parts)
-def test_count_joined_equals_the_count_of_the_joined_text(
-    registry: TokenCountersRegistry, reference: dict[str, tiktoken.Encoding], parts: list[str]
+@given(head=joined_parts, rests=st.lists(joined_parts, max_size=5))
+def test_count_each_equals_the_count_of_each_text(
+    registry: TokenCountersRegistry, reference: dict[str, tiktoken.Encoding], head: list[str], rests: list[list[str]]
 ) -> None:
-    joined = "".join(parts)
+    """Texts that share a head (where count_each counts the head once) and texts that do not."""
+    texts = ["".join(head) + "".join(rest) for rest in rests]
     for name in ENCODINGS:
-        assert _counter(registry, name).count_joined(parts) == len(reference[name].encode_ordinary(joined)), (name, parts)
+        expected = tuple(len(reference[name].encode_ordinary(text)) for text in texts)
+        assert _counter(registry, name).count_each(texts) == expected, (name, texts)
     for kind in ("chars_div_4", "runes_div_3_5"):
         counter = registry.for_kind(kind)
-        assert counter.count_joined(parts) == counter.count(joined)
+        assert counter.count_each(texts) == tuple(counter.count(text) for text in texts)
 
 
-def test_count_joined_on_memory_elements_matches_the_whole_text(
+def test_count_each_on_memory_elements_and_the_block_match_the_tokenizer(
     registry: TokenCountersRegistry, reference: dict[str, tiktoken.Encoding]
 ) -> None:
     bodies = ["body one", "/slash first", "  indented", "\nblank first", "ends in space ", "last"]
     for nonce in ("Zq81", "123", "a", "9xY0aBcD3eFgH1iJ2k", "Ab12Cd34"):
-        parts: list[str] = []
-        for i, body in enumerate(bodies):
-            head, tail = memory_element_parts(nonce, f'm"{i}', "fact&ual", body)
-            parts += [head, tail + ("\n" if i < len(bodies) - 1 else "")]
+        block = frame(nonce, "Be brief.", (), ('{"t": 1}',))
+        elements = [block.element(f'm"{i}', "fact&ual", body) for i, body in enumerate(bodies)]
+        text = block.render(elements)
         for name in ENCODINGS:
             counter = _counter(registry, name)
-            assert counter.count_joined(parts) == len(reference[name].encode_ordinary("".join(parts))), (name, nonce)
-            for head, tail in zip(parts[::2], parts[1::2]):
-                assert counter.count_joined((head, tail)) == len(reference[name].encode_ordinary(head + tail))
+            expected = tuple(len(reference[name].encode_ordinary(e.text)) for e in elements)
+            assert counter.count_each([e.text for e in elements]) == expected, (name, nonce)
+            assert counter.count(text) == len(reference[name].encode_ordinary(text)), (name, nonce)

@@ -17,14 +17,16 @@ import attrs
 import httpx
 from hypothesis import strategies as st
 
-from entrypoints.http_api import messages
-from entrypoints.http_api.json_mapping import BOOL, FLOAT, INT32, MESSAGE, STRING, MessageSpec
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
+from contracts.ibex.context.v1 import context_pb2 as pb
+from entrypoints.http_api.proto_json import fields_by_key
 
 ORG = "0b7e3c1a-5d2f-4e8a-9c6b-1f2a3b4c5d6e"
 AGENT = "6b2e0f3d-8c4a-4d9e-b7f6-3c2d1e0f9a8b"
-API_PATHS = {"/v1/context:assemble": messages.ASSEMBLE_CONTEXT_REQUEST,
-             "/v1/memories:search": messages.SEARCH_MEMORIES_REQUEST,
-             "/v1/memories:feedback": messages.RECORD_MEMORY_FEEDBACK_REQUEST}
+API_PATHS: dict[str, Descriptor] = {"/v1/context:assemble": pb.AssembleContextRequest.DESCRIPTOR,
+                                    "/v1/memories:search": pb.SearchMemoriesRequest.DESCRIPTOR,
+                                    "/v1/memories:feedback": pb.RecordMemoryFeedbackRequest.DESCRIPTOR}
 JSON = "application/json"
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]{1,128}")
 
@@ -65,21 +67,21 @@ json_values = st.recursive(_scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(_texts, inner, max_size=4)), max_leaves=12)
 
 
-def _field_names(spec: MessageSpec) -> list[str]:
-    return sorted({name for f in spec.fields for name in (f.name, f.json_name)})
+def _field_names(spec: Descriptor) -> list[str]:
+    return sorted(fields_by_key(spec))
 
 
 @st.composite
-def shaped_objects(draw: st.DrawFn, spec: MessageSpec, depth: int = 0) -> dict[str, Any]:
-    """An object with mostly the spec's own keys (either spelling), each with a random value."""
+def shaped_objects(draw: st.DrawFn, spec: Descriptor, depth: int = 0) -> dict[str, Any]:
+    """An object with mostly the message's own keys (either spelling), each with a random value."""
     keys = draw(st.lists(st.one_of(st.sampled_from(_field_names(spec)), _texts), max_size=6))
     result: dict[str, Any] = {}
-    lookup = spec.lookup()
+    lookup = fields_by_key(spec)
     for key in keys:
         field = lookup.get(key)
-        if field is not None and field.message is not None and depth < 2 and draw(st.booleans()):
-            nested = shaped_objects(field.message, depth + 1)
-            result[key] = draw(st.lists(nested, max_size=3) if field.repeated else nested)
+        if field is not None and field.message_type is not None and depth < 2 and draw(st.booleans()):
+            nested = shaped_objects(field.message_type, depth + 1)
+            result[key] = draw(st.lists(nested, max_size=3) if field.is_repeated else nested)
         else:
             result[key] = draw(json_values)
     return result
@@ -90,7 +92,7 @@ def _nested(depth: int) -> bytes:
 
 
 @st.composite
-def hostile_bodies(draw: st.DrawFn, spec: MessageSpec) -> bytes:
+def hostile_bodies(draw: st.DrawFn, spec: Descriptor) -> bytes:
     kind = draw(st.sampled_from(["value", "shaped", "deep", "number", "bytes", "doubled", "mutated"]))
     if kind == "value":
         return dumps(draw(json_values))
@@ -111,7 +113,7 @@ def hostile_bodies(draw: st.DrawFn, spec: MessageSpec) -> bytes:
     if kind == "bytes":
         return draw(st.binary(max_size=64))
     if kind == "doubled":
-        field = draw(st.sampled_from(spec.fields))
+        field = draw(st.sampled_from(list(spec.fields)))
         first, second = draw(st.sampled_from([(field.name, field.name), (field.name, field.json_name),
                                               (field.json_name, field.json_name)]))
         return b'{"' + first.encode() + b'":' + dumps(draw(json_values)) + b',"' + second.encode() + b'":' \
@@ -147,7 +149,7 @@ def hostile_requests(draw: st.DrawFn) -> HostileRequest:
     odd_paths = ["/v1/context", "/v1/nothing", "/", "/v1/context:assemble/", "/v1/memories:search?x=1", "/%ff", "/v1/%00"]
     path = draw(st.sampled_from(sorted(API_PATHS) * 6 + odd_paths))
     method = draw(st.sampled_from(["POST"] * 12 + ["GET", "PUT", "DELETE", "PATCH", "OPTIONS"]))
-    spec = API_PATHS.get(path, messages.ASSEMBLE_CONTEXT_REQUEST)
+    spec = API_PATHS.get(path, pb.AssembleContextRequest.DESCRIPTOR)
     headers: tuple[tuple[str, str], ...] = ()
     request_id = draw(_request_ids)
     if request_id is not None:
@@ -157,14 +159,15 @@ def hostile_requests(draw: st.DrawFn) -> HostileRequest:
 
 # ------------------------------------------------------------------ one bad field in a valid request
 
+_F = FieldDescriptor
 _WRONG = {
-    STRING: st.one_of(st.integers(), st.booleans(), st.lists(st.integers(), max_size=2), st.just({"a": 1}),
+    _F.CPPTYPE_STRING: st.one_of(st.integers(), st.booleans(), st.lists(st.integers(), max_size=2), st.just({"a": 1}),
                       st.just([[[[]]]])),
-    INT32: st.one_of(st.sampled_from(["x", "1.5", "9" * 30, "1e3"]), st.just(2**31), st.just(10**400),
+    _F.CPPTYPE_INT32: st.one_of(st.sampled_from(["x", "1.5", "9" * 30, "1e3"]), st.just(2**31), st.just(10**400),
                      st.just(-(2**31) - 1), st.just(1.5), st.booleans(), st.just([1]), st.just({})),
-    FLOAT: st.one_of(st.sampled_from(["heavy", "nan", "inf"]), st.just(10**400), st.just(1e39), st.booleans(),
+    _F.CPPTYPE_FLOAT: st.one_of(st.sampled_from(["heavy", "nan", "inf"]), st.just(10**400), st.just(1e39), st.booleans(),
                      st.just([0.5]), st.just({})),
-    BOOL: st.one_of(st.sampled_from(["true", "1", ""]), st.integers(), st.just([True]), st.just({})),
+    _F.CPPTYPE_BOOL: st.one_of(st.sampled_from(["true", "1", ""]), st.integers(), st.just([True]), st.just({})),
 }
 
 
@@ -178,11 +181,10 @@ def one_bad_field(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
     """A valid AssembleContextRequest with one field of the wrong JSON type, and that field's proto path."""
     body = valid_assemble()
     where = draw(st.sampled_from(["top", "options", "message"]))
-    spec = {"top": messages.ASSEMBLE_CONTEXT_REQUEST, "options": messages.ASSEMBLY_OPTIONS,
-            "message": messages.MESSAGE_SPEC}[where]
-    field = draw(st.sampled_from([f for f in spec.fields if f.kind != MESSAGE and not f.repeated and not f.refusal]))
+    spec = {"top": pb.AssembleContextRequest, "options": pb.AssemblyOptions, "message": pb.Message}[where].DESCRIPTOR
+    field = draw(st.sampled_from([f for f in spec.fields if f.message_type is None and not f.is_repeated]))
     key = draw(st.sampled_from([field.name, field.json_name]))
-    value = draw(_WRONG[field.kind])
+    value = draw(_WRONG[field.cpp_type])
     if where == "top":
         body.pop(field.json_name, None)
         body[key] = value

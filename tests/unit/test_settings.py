@@ -1,11 +1,27 @@
 from __future__ import annotations
 
+import os
 import socket
 
+import attrs
 import pytest
 
 from domain.relevance_policy import RelevancePolicy
-from entrypoints.settings import Settings, SettingsError, is_loopback, not_loopback_reason, parse_timeout_ms
+from domain.usecases.assembly_config import AssemblyConfig
+from domain.usecases.search_memories import SearchConfig
+from entrypoints.cli import main
+from entrypoints.settings import (
+    SERVICE_PREFIX,
+    TRACING_PREFIX,
+    Boolean,
+    Settings,
+    SettingsError,
+    Text,
+    declared,
+    is_loopback,
+    not_loopback_reason,
+    parse_timeout_ms,
+)
 
 
 def test_defaults_match_the_reference() -> None:
@@ -154,7 +170,8 @@ def test_the_score_policy_and_its_parameters_are_read_and_checked() -> None:
     defaults = Settings.from_env({})
     assert defaults.score_policy == "relevance_v1"
     assert (defaults.relevance_floor, defaults.relevance_sharpness, defaults.hot_slots, defaults.core_slots) == (
-        RelevancePolicy().floor, RelevancePolicy().sharpness, RelevancePolicy().hot_slots, RelevancePolicy().core_slots)
+        0.3, 5.0, 4, 2)
+    assert defaults.relevance_policy() == RelevancePolicy(floor=0.3, sharpness=5.0, hot_slots=4, core_slots=2)
     tuned = Settings.from_env({"IBEX_CONTEXT_SCORE_POLICY": "Interim_V1", "IBEX_CONTEXT_RELEVANCE_FLOOR": "0.5",
                                "IBEX_CONTEXT_RELEVANCE_SHARPNESS": "6", "IBEX_CONTEXT_HOT_SLOTS": "0",
                                "IBEX_CONTEXT_CORE_SLOTS": "1"})
@@ -179,10 +196,113 @@ def test_principal_max_lifetime_defaults_to_the_verifiers_default_and_parses_dur
     from datetime import timedelta
 
     from entrypoints.auth.proof import DEFAULT_MAX_LIFETIME
-    from entrypoints.cli.service import principal_max_lifetime
 
     default = Settings.from_env({})
-    assert principal_max_lifetime(default) == DEFAULT_MAX_LIFETIME == timedelta(hours=1)
+    assert default.principal_max_lifetime == DEFAULT_MAX_LIFETIME == timedelta(hours=1)
     assert Settings.from_env({"IBEX_CONTEXT_PRINCIPAL_MAX_LIFETIME": "300s"}).principal_max_lifetime_ms == 300_000.0
     with pytest.raises(SettingsError, match="^IBEX_CONTEXT_PRINCIPAL_MAX_LIFETIME: expected a positive"):
         Settings.from_env({"IBEX_CONTEXT_PRINCIPAL_MAX_LIFETIME": "0"})
+
+
+# ------------------------------------------------------------------ the declaration table
+def test_the_declared_defaults_are_the_defaults_of_an_empty_environment() -> None:
+    assert Settings() == Settings.from_env({})
+
+
+def test_every_setting_is_declared_once_under_its_own_variables() -> None:
+    names = [name for _, setting in declared() for name in setting.env]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    assert all(name.startswith((SERVICE_PREFIX, TRACING_PREFIX)) for name in names)
+    assert [field.name for field, _ in declared()] == [field.name for field in attrs.fields(Settings)]
+    assert all(setting.help.strip() for _, setting in declared())
+
+
+@pytest.mark.parametrize("name", [s.variable for _, s in declared() if not isinstance(s.kind, Text)])
+def test_a_value_a_setting_does_not_accept_names_its_variable_and_what_it_accepts(name: str) -> None:
+    field, setting = next((f, s) for f, s in declared() if s.variable == name)
+    raw = "maybe" if isinstance(setting.kind, Boolean) else "not-a-value"
+    with pytest.raises(SettingsError) as excinfo:
+        Settings.from_env({name: raw})
+    assert str(excinfo.value) == f"{name}: expected {setting.kind.expected}, got {raw!r}"
+
+
+def test_a_settings_value_built_directly_is_checked_against_the_same_declaration() -> None:
+    with pytest.raises(SettingsError, match=r"^IBEX_CONTEXT_HOT_LIMIT: expected an integer in 1\.\.50, got 0$"):
+        Settings(hot_limit=0)
+    with pytest.raises(SettingsError, match="^IBEX_CONTEXT_RELEVANCE_SHARPNESS: expected a number in 1..16"):
+        Settings(relevance_sharpness=0.5)
+    with pytest.raises(SettingsError, match="^IBEX_CONTEXT_SCORE_POLICY: expected one of relevance_v1, interim_v1"):
+        Settings(score_policy="weighted_v1")
+    assert Settings(hot_limit=50, health_addr="", drain_delay_ms=0.0).hot_limit == 50
+
+
+def test_the_first_variable_set_of_a_setting_wins_and_every_one_set_is_checked() -> None:
+    both = {"IBEX_CONTEXT_TIMEOUT": "30ms", "IBEX_CONTEXT_TIMEOUT_MS": "60"}
+    assert Settings.from_env(both).timeout_ms == 30.0
+    assert Settings.from_env({"IBEX_CONTEXT_TIMEOUT_MS": "60"}).timeout_ms == 60.0
+    protocols = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}
+    assert Settings.from_env(protocols).otel_exporter_otlp_protocol == "grpc"
+    with pytest.raises(SettingsError, match="^OTEL_EXPORTER_OTLP_PROTOCOL: expected one of http/protobuf, grpc"):
+        Settings.from_env({**protocols, "OTEL_EXPORTER_OTLP_PROTOCOL": "thrift"})
+    assert Settings.from_env({"IBEX_CONTEXT_TIMEOUT": "   "}).timeout_ms == 45.0  # blank is unset
+
+
+def test_min_confidence_defaults_to_0_and_is_checked() -> None:
+    assert Settings.from_env({}).min_confidence == 0.0
+    assert Settings.from_env({"IBEX_CONTEXT_MIN_CONFIDENCE": "0.25"}).min_confidence == 0.25
+    with pytest.raises(SettingsError, match="^IBEX_CONTEXT_MIN_CONFIDENCE: expected a number in 0..1, got '2'$"):
+        Settings.from_env({"IBEX_CONTEXT_MIN_CONFIDENCE": "2"})
+
+
+# ------------------------------------------------------------------ what the use cases run with
+def test_the_assembly_config_comes_from_the_settings_in_seconds() -> None:
+    settings = Settings.from_env({
+        "IBEX_CONTEXT_TIMEOUT": "45ms", "IBEX_CONTEXT_DEADLINE_MS": "30", "IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS": "4",
+        "IBEX_CONTEXT_HOT_TIMEOUT_MS": "12", "IBEX_CONTEXT_COLD_TIMEOUT_MS": "1s", "IBEX_CONTEXT_FORMATTER_NONCE_BYTES": "8",
+        "IBEX_CONTEXT_HOT_LIMIT": "40", "IBEX_CONTEXT_COLD_LIMIT": "25", "IBEX_CONTEXT_MIN_CONFIDENCE": "0.5",
+        "IBEX_CONTEXT_DEADLINE_HEADROOM_MS": "20", "IBEX_CONTEXT_SCORE_POLICY": "interim_v1",
+        "IBEX_CONTEXT_RELEVANCE_FLOOR": "0.4", "IBEX_CONTEXT_RELEVANCE_SHARPNESS": "2", "IBEX_CONTEXT_HOT_SLOTS": "3",
+        "IBEX_CONTEXT_CORE_SLOTS": "1",
+    })
+    assert settings.assembly_config() == AssemblyConfig(
+        wall_s=0.030, directive_timeout_s=0.004, hot_timeout_s=0.012, cold_timeout_s=1.0, nonce_bytes=8, hot_limit=40,
+        cold_limit=25, min_confidence=0.5, score_policy="interim_v1", deadline_headroom_s=0.020,
+        relevance=RelevancePolicy(floor=0.4, sharpness=2.0, hot_slots=3, core_slots=1))
+    assert settings.search_config() == SearchConfig(timeout_s=1.0, deadline_headroom_s=0.020)
+
+
+def test_assembly_config_overrides_replace_only_the_fields_named() -> None:
+    declared_defaults = Settings().assembly_config()
+    fast = Settings().assembly_config(wall_s=0.1, cold_timeout_s=0.02)
+    assert (fast.wall_s, fast.cold_timeout_s) == (0.1, 0.02)
+    assert attrs.evolve(fast, wall_s=declared_defaults.wall_s, cold_timeout_s=declared_defaults.cold_timeout_s) == (
+        declared_defaults)
+    assert (declared_defaults.wall_s, declared_defaults.hot_limit, declared_defaults.cold_limit) == (0.040, 20, 30)
+    with pytest.raises(TypeError):
+        Settings().assembly_config(no_such_field=1)
+
+
+# ------------------------------------------------------------------ ibex-context config
+def test_config_prints_every_declared_setting_once_and_masks_the_secrets(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in [n for n in os.environ if n.startswith((SERVICE_PREFIX, TRACING_PREFIX))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("IBEX_CONTEXT_MEMORY_BASE_URL", "http://127.0.0.1:8005")
+    monkeypatch.setenv("IBEX_CONTEXT_MEMORY_API_TOKEN", "s3cret-token")
+    monkeypatch.setenv("IBEX_CONTEXT_HOT_LIMIT", "7")
+    assert main(["config"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" = ", 1)[0] for line in lines[:-1]] == [field.name for field, _ in declared()]
+    assert "hot_limit = 7" in lines and "memory_api_token = ***" in lines
+    assert "deadline_headroom_ms = 5.0" in lines and "cold_limit = 30" in lines
+    assert not any("s3cret" in line for line in lines)
+    assert lines[-1].startswith("tracing = off")
+
+
+def test_config_markdown_prints_the_readme_tables_without_reading_the_environment(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("IBEX_CONTEXT_HOT_LIMIT", "not read")
+    assert main(["config", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "| `IBEX_CONTEXT_HOT_LIMIT` | `20` | integer 1..50 | hot memories asked for |" in out
+    assert "| `OTEL_BSP_MAX_QUEUE_SIZE` | `2048` | integer 1..1000000 |" in out

@@ -31,8 +31,7 @@ def test_lengths_are_counted_in_code_points_not_bytes() -> None:
 
 
 def test_heuristic_counters_report_their_kind_and_are_not_exact() -> None:
-    assert (CharsDiv4Counter().kind, CharsDiv4Counter().is_exact) == ("chars_div_4", False)
-    assert (RunesDiv35Counter().kind, RunesDiv35Counter().is_exact) == ("runes_div_3_5", False)
+    assert (CharsDiv4Counter().kind, RunesDiv35Counter().kind) == ("chars_div_4", "runes_div_3_5")
 
 
 @given(st.text(max_size=300))

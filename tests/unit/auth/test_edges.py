@@ -13,7 +13,8 @@ from starlette.datastructures import Headers
 
 from entrypoints.auth.authenticator import PrincipalAuthenticator
 from entrypoints.auth.errors import AuthError
-from entrypoints.auth.failures import FailureTally, report_failure
+from entrypoints.auth.failures import report_failure
+from tests.support.failure_tally import FailureTally
 from entrypoints.auth.grpc_auth import GrpcAuthenticator, grpc_status, proof_from_metadata
 from entrypoints.auth.http_auth import PROOF_HEADER, HttpAuthenticator, error_body, http_status, proof_from_headers
 from entrypoints.auth.keys import KeyRing
@@ -89,20 +90,23 @@ def test_grpc_authenticator_reports_each_failure_once(ring: KeyRing) -> None:
 def test_http_authenticator_admits_a_bound_request(ring: KeyRing) -> None:
     authenticator = HttpAuthenticator(ring, now=_now)
     headers = Headers({PROOF_HEADER: base64.b64encode(ed_proof(context())).decode()})
-    tenant = authenticator.admit(headers, org_id=ORG.upper(), agent_id=AGENT)
+    tenant = authenticator.authorize(authenticator.authenticate(headers), org_id=ORG.upper(), agent_id=AGENT)
     assert (tenant.org_id, tenant.agent_id, tenant.principal.key_id) == (ORG, AGENT, "ed-1")
 
 
 def test_http_authenticator_reports_failures(ring: KeyRing) -> None:
     tally = FailureTally()
     authenticator = HttpAuthenticator(ring, now=_now, on_failure=tally)
-    assert _failure(lambda: authenticator.admit(Headers({}), org_id=ORG)).reason == "missing_proof"
-    assert _failure(lambda: authenticator.admit(Headers({PROOF_HEADER: "%%"}), org_id=ORG)).reason == "malformed_proof"
-    assert tally.counts() == {"missing_proof": 1, "malformed_proof": 1}
+    assert _failure(lambda: authenticator.authenticate(Headers({}))).reason == "missing_proof"
+    assert _failure(lambda: authenticator.authenticate(Headers({PROOF_HEADER: "%%"}))).reason == "malformed_proof"
+    principal = authenticator.authenticate(Headers({PROOF_HEADER: base64.b64encode(ed_proof(context())).decode()}))
+    assert _failure(lambda: authenticator.authorize(principal, org_id=OTHER_ORG, agent_id=AGENT)).reason == "org_mismatch"
+    assert tally.counts() == {"missing_proof": 1, "malformed_proof": 1, "org_mismatch": 1}
 
 
 def test_http_authenticator_without_keys_uses_the_request_ids() -> None:
-    tenant = HttpAuthenticator(None).admit(Headers({}), org_id="o", agent_id="a")
+    authenticator = HttpAuthenticator(None)
+    tenant = authenticator.authorize(authenticator.authenticate(Headers({})), org_id="o", agent_id="a")
     assert (tenant.org_id, tenant.agent_id, tenant.principal) == ("o", "a", None)
 
 

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from entrypoints.auth.bind import InsecureBindError, bind_guard
+from entrypoints.auth.bind_guard import InsecureBindError, bind_guard
 from entrypoints.auth.grpc_auth import server_credentials
 from entrypoints.auth.http_auth import uvicorn_ssl_options
 from entrypoints.auth.tls import TlsConfigError, load_tls_material

@@ -2,14 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain.budget import (
-    BudgetRequest,
-    calculate_budget,
-    memory_costs,
-    response_reserve,
-    safety_buffer,
-)
-from domain.formatter import FormatRequest, FormattableMemory, element_head, element_tail_line, format_context
+from domain.budget import calculate_budget, response_reserve, safety_buffer
+from domain.layout import frame
 from domain.model.catalog import ModelSpec, TokenizerFamily
 from domain.model.errors import EstimateKindMismatchError
 from domain.model.messages import Message
@@ -22,10 +16,11 @@ NONCE = "A" * 22
 COUNTER = CharsDiv4Counter()
 
 
-def budget(**changes: object):  # type: ignore[no-untyped-def]
-    fields: dict[str, object] = dict(model=GPT4O, family=O200K, nonce=NONCE)
-    fields.update(changes)
-    return calculate_budget(BudgetRequest(**fields), COUNTER)  # type: ignore[arg-type]
+def budget(  # type: ignore[no-untyped-def]
+    model: ModelSpec = GPT4O, family: TokenizerFamily = O200K, nonce: str = NONCE, directive: str = "",
+    messages: tuple[Message, ...] = (), tool_schemas: tuple[str, ...] = (), available_tokens: int = 0,
+):
+    return calculate_budget(model, family, frame(nonce, directive, messages, tool_schemas), COUNTER, available_tokens)
 
 
 @pytest.mark.parametrize(("window", "max_output", "fraction", "reserve", "safety"), [
@@ -41,10 +36,10 @@ def test_reserve_and_safety_follow_the_reference_table(window: int, max_output: 
     assert safety_buffer(model, TokenizerFamily("f", "chars_div_4", fraction)) == safety
 
 
-def test_gpt4o_budget_is_not_constrained() -> None:
+def test_gpt4o_budget_leaves_most_of_the_window() -> None:
     result = budget(directive="be helpful", messages=(Message("user", "hello world"),))
     assert (result.response_reserve, result.safety_buffer) == (4096, 2560)
-    assert result.usable_budget > 256 and not result.is_constrained
+    assert result.usable_budget > 256
     assert result.prompt_limit == 128000 - 4096 - 2560
 
 
@@ -54,9 +49,9 @@ def test_messages_are_counted_as_history_lines() -> None:
     assert result.directive_tokens == 0
 
 
-def test_huge_history_clamps_at_zero_and_is_constrained() -> None:
+def test_huge_history_clamps_at_zero() -> None:
     result = budget(messages=(Message("user", "x" * 600_000),))
-    assert result.usable_budget == 0 and result.is_constrained
+    assert result.usable_budget == 0
 
 
 def test_tiny_window_floors_the_reserve() -> None:
@@ -69,7 +64,6 @@ def test_tiny_window_floors_the_reserve() -> None:
 
 def test_available_tokens_caps_only_downwards() -> None:
     assert budget(available_tokens=100).usable_budget == 100
-    assert budget(available_tokens=100).is_constrained
     uncapped = budget().usable_budget
     assert budget(available_tokens=0).usable_budget == uncapped
     assert budget(available_tokens=uncapped + 1000).usable_budget == uncapped
@@ -105,19 +99,21 @@ def test_safety_sentence_is_charged_even_without_a_directive() -> None:
 
 def test_mixed_estimate_kinds_fail_closed() -> None:
     with pytest.raises(EstimateKindMismatchError, match="estimate kind mismatch"):
-        calculate_budget(BudgetRequest(GPT4O, TokenizerFamily("o200k_base", "exact_o200k_base", 0.02), NONCE), COUNTER)
+        budget(family=TokenizerFamily("o200k_base", "exact_o200k_base", 0.02))
 
 
 @pytest.mark.parametrize("with_directive", [True, False])
 @pytest.mark.parametrize("with_tools", [True, False])
 def test_formatted_context_never_exceeds_parts_plus_charged_costs(with_directive: bool, with_tools: bool) -> None:
     """Charging each element + separator, the final text fits the budget's accounting."""
-    memories = tuple(FormattableMemory(f"m{i}", "factual", "fact " * (i + 3)) for i in range(8))
+    memories = [(f"m{i}", "factual", "fact " * (i + 3)) for i in range(8)]
     directive = "Stay helpful." if with_directive else ""
     tools = ('{"t": 1}',) if with_tools else ()
     messages = (Message("user", "hello"),)
     result = budget(directive=directive, tool_schemas=tools, messages=messages)
-    costs = memory_costs(COUNTER, element_head(NONCE), [element_tail_line(m.memory_id, m.category, m.content) for m in memories])
-    text = format_context(FormatRequest(nonce=NONCE, directive=directive, messages=messages, memories=memories, tool_schemas=tools)).text
+    block = frame(NONCE, directive, messages, tools)
+    elements = [block.element(*m) for m in memories]
+    costs = COUNTER.count_each([e.text for e in elements])
+    text = block.render(elements)
     accounted = result.directive_tokens + result.messages_tokens + result.tool_schemas_tokens + result.formatter_overhead_tokens + sum(costs)
     assert COUNTER.count(text) <= accounted

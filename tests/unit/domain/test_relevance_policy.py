@@ -4,23 +4,20 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from domain.model.assembly import ExclusionDetail
 from domain.model.memory import MemoryHit
 from domain.packer import PackItem, pack
-from domain.relevance import bm25, near_duplicates, profile, query_terms
-from domain.relevance_policy import (
-    DETAIL_BELOW_FLOOR,
-    DETAIL_DUPLICATE,
-    DETAIL_HOT_BOUND,
-    DETAIL_NEAR_DUPLICATE,
-    RelevancePolicy,
-    as_float32,
-    screen,
-)
+from domain.relevance import DuplicateIndex, bm25, near_duplicates, profile, query_terms
+from domain.relevance_policy import RelevancePolicy, as_float32, screen
+from entrypoints.settings import Settings
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
-POLICY = RelevancePolicy()
+POLICY = Settings().relevance_policy()  # relevance_v1 with the service's declared parameters
 
 
 def hit(memory_id: str, content: str, similarity: float, *, searched: bool = True, category: str = "factual",
@@ -70,12 +67,30 @@ def test_near_duplicates_are_verbatim_or_nearly_the_same_words() -> None:
 # ------------------------------------------------------------------ relevance decides
 
 
+WORDS = ("database", "failover", "freeze", "deploys", "replica", "lag", "cutover", "page", "oncall", "runbook",
+         "budget", "report", "weekly", "alert", "promote", "check")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(WORDS), max_size=9), max_size=24),
+       st.sampled_from([0.5, 0.8, 0.9, 1.0]))
+def test_the_duplicate_index_decides_as_comparing_every_kept_pair(texts: list[list[str]], jaccard: float) -> None:
+    """Prefix filtering and bit sets find exactly the near duplicates a pairwise scan finds."""
+    index, kept = DuplicateIndex(jaccard), []
+    for words in texts:
+        candidate = profile(" ".join(words))
+        expected = any(near_duplicates(candidate, other, jaccard) for other in kept)
+        assert index.find_or_add(candidate) == expected, (words, jaccard)
+        if not expected:
+            kept.append(candidate)
+
+
 def test_a_query_independent_hot_memory_never_outranks_a_relevant_search_hit() -> None:
     hot = [hit("h-cdn", "The CDN purge API allows 100 requests per minute.", 0.98, searched=False)]
     found = [hit("s-db", "Before a database failover, freeze deploys.", 0.35)]
     screened = screen(hot, found, "database failover", POLICY, NOW)
     assert kept_ids(screened) == ["s-db"]
-    assert reasons(screened) == {"h-cdn": DETAIL_BELOW_FLOOR}
+    assert reasons(screened) == {"h-cdn": ExclusionDetail.BELOW_RELEVANCE_FLOOR}
 
 
 def test_hot_memories_are_scored_against_the_query_and_the_last_user_message() -> None:
@@ -84,7 +99,7 @@ def test_hot_memories_are_scored_against_the_query_and_the_last_user_message() -
     screened = screen(hot, [], "outage\nhow many replicas does the primary have?", POLICY, NOW)
     assert kept_ids(screened) == ["h-replica"]
     assert screened.kept[0].relevance == 1.0
-    assert reasons(screened) == {hot_unrelated.memory_id: DETAIL_BELOW_FLOOR}
+    assert reasons(screened) == {hot_unrelated.memory_id: ExclusionDetail.BELOW_RELEVANCE_FLOOR}
 
 
 def test_the_floor_is_relative_so_cosine_and_bm25_scales_select_the_same_memories() -> None:
@@ -92,7 +107,7 @@ def test_the_floor_is_relative_so_cosine_and_bm25_scales_select_the_same_memorie
     cosine = screen([], [hit(f"m{i}", t, s) for i, (t, s) in enumerate(zip(texts, (0.9, 0.85, 0.4, 0.2)))], "zeta", POLICY, NOW)
     mapped = screen([], [hit(f"m{i}", t, s) for i, (t, s) in enumerate(zip(texts, (0.45, 0.425, 0.2, 0.1)))], "zeta", POLICY, NOW)
     assert kept_ids(cosine) == kept_ids(mapped) == ["m0", "m1", "m2"]
-    assert reasons(cosine) == reasons(mapped) == {"m3": DETAIL_BELOW_FLOOR}
+    assert reasons(cosine) == reasons(mapped) == {"m3": ExclusionDetail.BELOW_RELEVANCE_FLOOR}
     assert [c.relevance for c in cosine.kept] == pytest.approx([c.relevance for c in mapped.kept])
 
 
@@ -122,7 +137,7 @@ def test_the_search_copy_of_a_memory_on_both_lists_is_kept() -> None:
     screened = screen([hit("m", "database failover", 0.99, searched=False)], [hit("m", "database failover", 0.6)],
                       "database failover", POLICY, NOW)
     assert [(c.memory_id, c.hit.source) for c in screened.kept] == [("m", "vector")]
-    assert [(c.hit.source, d) for c, d in screened.excluded] == [("hot_cache", DETAIL_DUPLICATE)]
+    assert [(c.hit.source, d) for c, d in screened.excluded] == [("hot_cache", ExclusionDetail.DUPLICATE)]
 
 
 def test_verbatim_and_paraphrased_copies_are_packed_once_keeping_the_most_useful() -> None:
@@ -134,14 +149,14 @@ def test_verbatim_and_paraphrased_copies_are_packed_once_keeping_the_most_useful
     ]
     screened = screen([], found, "database failover", POLICY, NOW)
     assert kept_ids(screened) == ["a", "d"]
-    assert reasons(screened) == {"b": DETAIL_NEAR_DUPLICATE, "c": DETAIL_NEAR_DUPLICATE}
+    assert reasons(screened) == {"b": ExclusionDetail.NEAR_DUPLICATE, "c": ExclusionDetail.NEAR_DUPLICATE}
 
 
 def test_hot_only_memories_are_bounded_even_when_relevant() -> None:
     hot = [hit(f"h{i}", f"failover note {i}", 0.9 - i / 100, searched=False, rank=i + 1) for i in range(6)]
-    screened = screen(hot, [], "failover", RelevancePolicy(hot_slots=4), NOW)
+    screened = screen(hot, [], "failover", attrs.evolve(POLICY, hot_slots=4), NOW)
     assert len(screened.kept) == 4
-    assert sorted(d for d in reasons(screened).values()) == [DETAIL_HOT_BOUND] * 2
+    assert sorted(d for d in reasons(screened).values()) == [ExclusionDetail.HOT_BOUND] * 2
 
 
 def test_core_facts_keep_a_bounded_place_below_every_relevant_memory() -> None:
@@ -152,10 +167,10 @@ def test_core_facts_keep_a_bounded_place_below_every_relevant_memory() -> None:
         hit("fact", "The CDN purge API allows 100 requests per minute.", 0.95, searched=False, category="factual"),
     ]
     found = [hit("db", "Before a database failover, freeze deploys.", 0.4)]
-    screened = screen(hot, found, "database failover", RelevancePolicy(core_slots=2), NOW)
+    screened = screen(hot, found, "database failover", attrs.evolve(POLICY, core_slots=2), NOW)
     assert kept_ids(screened) == ["db", "pref1", "pref2"]
     assert all(c.score == POLICY.core_utility < screened.kept[0].score for c in screened.kept[1:])
-    assert reasons(screened) == {"pref3": DETAIL_BELOW_FLOOR, "fact": DETAIL_BELOW_FLOOR}
+    assert reasons(screened) == {"pref3": ExclusionDetail.BELOW_RELEVANCE_FLOOR, "fact": ExclusionDetail.BELOW_RELEVANCE_FLOOR}
 
 
 def test_without_any_query_the_hot_order_stands_and_nothing_is_floored() -> None:
@@ -163,3 +178,12 @@ def test_without_any_query_the_hot_order_stands_and_nothing_is_floored() -> None
     screened = screen(hot, [], "", POLICY, NOW)
     assert kept_ids(screened) == ["h1", "h0", "h2"]
     assert screened.excluded == ()
+
+
+def test_the_tuned_parameters_have_no_domain_default_and_keep_their_invariants() -> None:
+    with pytest.raises(TypeError, match="floor"):  # declared once, in entrypoints.settings
+        RelevancePolicy()  # type: ignore[call-arg]
+    for bad in ({"floor": 1.5}, {"sharpness": 0.5}, {"hot_slots": -1}, {"core_slots": -1}):
+        with pytest.raises(ValueError):
+            attrs.evolve(POLICY, **bad)
+    assert RelevancePolicy(floor=0.3, sharpness=5.0, hot_slots=4, core_slots=2) == POLICY

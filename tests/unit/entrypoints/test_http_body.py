@@ -3,7 +3,7 @@
 The decoder must refuse past the messages' own depth and past each repeated field's bound while
 reading (no tree is built: checked with tracemalloc), size the body limit from the validation
 bounds (the largest valid bodies fit, the documented figures are the computed ones), and accept
-exactly what the plain ``json.loads`` + ``parse_message`` path accepts.
+exactly what the plain ``json.loads`` + ``proto_json.parse`` path accepts.
 """
 
 from __future__ import annotations
@@ -15,18 +15,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contracts.ibex.context.v1 import context_pb2 as pb
 from domain.model.errors import InvalidRequestError
 from domain.usecases import validation as bounds
 from domain.usecases.validation import validate_assemble, validate_feedback, validate_search
-from entrypoints.http_api import body_json, limits, messages, schemas
+from entrypoints import translation
+from entrypoints.http_api import body_json, limits
 from entrypoints.http_api.body_json import BodyDecoder
-from entrypoints.http_api.json_mapping import loads_object, parse_message
+from entrypoints.http_api.proto_json import loads_object, parse
 from entrypoints.settings import Settings, SettingsError
 from tests.support.hostile_http import AGENT, ORG, dumps, json_values, shaped_objects
 
-ASSEMBLE = BodyDecoder(messages.ASSEMBLE_CONTEXT_REQUEST)
-SEARCH = BodyDecoder(messages.SEARCH_MEMORIES_REQUEST)
-FEEDBACK = BodyDecoder(messages.RECORD_MEMORY_FEEDBACK_REQUEST)
+ASSEMBLE = BodyDecoder(pb.AssembleContextRequest)
+SEARCH = BodyDecoder(pb.SearchMemoriesRequest)
+FEEDBACK = BodyDecoder(pb.RecordMemoryFeedbackRequest)
 ESCAPED = "\u00e9"  # json.dumps(ensure_ascii=True) writes it as the 6 bytes \u00e9
 
 
@@ -37,9 +39,9 @@ def _refused(decoder: BodyDecoder, body: bytes) -> InvalidRequestError:
 
 
 def _request_refused(body: bytes) -> InvalidRequestError:
-    """Refused by the decoder (the shape) or by the mapping of its result (the values), as the edge does."""
+    """Refused by the decoder (the shape) or by json_format (the values), as the edge reads a body."""
     with pytest.raises(InvalidRequestError) as caught:
-        schemas.assemble_request_from_json(ASSEMBLE.decode(body))
+        ASSEMBLE.read(body)
     return caught.value
 
 
@@ -150,9 +152,9 @@ def _largest_assemble() -> bytes:
 
 def test_the_largest_valid_assemble_body_fits_its_limit_and_decodes() -> None:
     body = _largest_assemble()
-    assert limits.largest_body_bytes(messages.ASSEMBLE_CONTEXT_REQUEST) >= len(body)
+    assert limits.largest_body_bytes(pb.AssembleContextRequest.DESCRIPTOR) >= len(body)
     assert len(body) <= limits.ASSEMBLE_BODY_LIMIT
-    request = schemas.assemble_request_from_json(ASSEMBLE.decode(body))
+    request = translation.assemble_request_from_proto(ASSEMBLE.read(body))
     with pytest.raises(InvalidRequestError, match="org_id must be a UUID"):  # every bound passed before it
         validate_assemble(request)
 
@@ -162,13 +164,13 @@ def test_the_largest_valid_search_and_feedback_bodies_fit_their_limits() -> None
                     "query": ESCAPED * bounds.MAX_QUERY_CHARS, "limit": bounds.MAX_SEARCH_LIMIT, "min_similarity": 0.5,
                     "categories": [ESCAPED * bounds.MAX_CATEGORY_CHARS] * bounds.MAX_SEARCH_CATEGORIES,
                     "tags": [ESCAPED * bounds.MAX_TAG_CHARS] * bounds.MAX_SEARCH_TAGS})
-    assert len(search) <= limits.largest_body_bytes(messages.SEARCH_MEMORIES_REQUEST)
-    validate_search(schemas.search_request_from_json(SEARCH.decode(search)))
+    assert len(search) <= limits.largest_body_bytes(pb.SearchMemoriesRequest.DESCRIPTOR)
+    validate_search(translation.search_request_from_proto(SEARCH.read(search)))
     feedback = dumps({"org_id": ORG, "memory_ids": [ORG] * bounds.MAX_FEEDBACK_IDS,
                       "session_id": ESCAPED * bounds.MAX_ID_CHARS, "trace_id": ESCAPED * bounds.MAX_ID_CHARS,
                       "feedback": "positive"})
-    assert len(feedback) <= limits.largest_body_bytes(messages.RECORD_MEMORY_FEEDBACK_REQUEST)
-    validate_feedback(schemas.feedback_request_from_json(FEEDBACK.decode(feedback)))
+    assert len(feedback) <= limits.largest_body_bytes(pb.RecordMemoryFeedbackRequest.DESCRIPTOR)
+    validate_feedback(translation.feedback_request_from_proto(FEEDBACK.read(feedback)))
 
 
 def test_the_documented_limits_are_the_computed_ones() -> None:
@@ -179,13 +181,13 @@ def test_the_documented_limits_are_the_computed_ones() -> None:
 
 
 def test_every_repeated_field_of_a_request_has_a_bound() -> None:
-    for spec in (messages.ASSEMBLE_CONTEXT_REQUEST, messages.SEARCH_MEMORIES_REQUEST,
-                 messages.RECORD_MEMORY_FEEDBACK_REQUEST, messages.MESSAGE_SPEC):
-        for field in spec.fields:
-            if field.repeated:
-                assert field.name in limits.REPEATED_BOUNDS[spec.name]
-            if field.kind == "string":
-                assert field.name in limits.STRING_BOUNDS[spec.name]
+    for message in (pb.AssembleContextRequest, pb.SearchMemoriesRequest, pb.RecordMemoryFeedbackRequest, pb.Message):
+        descriptor = message.DESCRIPTOR
+        for field in descriptor.fields:
+            if field.is_repeated:
+                assert field.name in limits.REPEATED_BOUNDS[descriptor.name]
+            if field.type == field.TYPE_STRING:
+                assert field.name in limits.STRING_BOUNDS[descriptor.name]
 
 
 # ---------------------------------------------------------------- duplicates, escapes, the reported cases
@@ -231,7 +233,7 @@ def test_reported_inputs_are_refused_naming_the_field(body: bytes, field: str, w
 
 def test_a_float_field_given_a_huge_integer_is_refused_not_overflowed() -> None:
     with pytest.raises(InvalidRequestError, match=r"outside the float32 range, got 10000000000000000000\.\.\. \(401"):
-        parse_message({"recencyWeight": 10**400}, messages.ASSEMBLY_OPTIONS)
+        parse({"recencyWeight": 10**400}, pb.AssemblyOptions)
 
 
 def test_large_malformed_bodies_are_named_without_a_second_decode() -> None:
@@ -243,12 +245,14 @@ def test_large_malformed_bodies_are_named_without_a_second_decode() -> None:
 # ---------------------------------------------------------------- properties: the same as the plain path
 
 
-def _plain_path(body: bytes) -> object:
-    return schemas.assemble_request_from_json(loads_object(body.decode("utf-8"), "the request body"))
+def _plain_path(body: bytes) -> bytes:
+    """json.loads + proto_json.parse, as bytes (a message holding NaN is not equal to itself)."""
+    message = parse(loads_object(body.decode("utf-8"), "the request body"), pb.AssembleContextRequest)
+    return message.SerializeToString(deterministic=True)
 
 
 @settings(max_examples=400, deadline=None)
-@given(value=st.one_of(json_values, shaped_objects(messages.ASSEMBLE_CONTEXT_REQUEST)))
+@given(value=st.one_of(json_values, shaped_objects(pb.AssembleContextRequest.DESCRIPTOR)))
 def test_the_decoder_accepts_exactly_what_the_plain_path_accepts(value: object) -> None:
     body = dumps(value)
     try:
@@ -256,7 +260,7 @@ def test_the_decoder_accepts_exactly_what_the_plain_path_accepts(value: object) 
     except InvalidRequestError:
         expected = InvalidRequestError
     try:
-        got: object = schemas.assemble_request_from_json(ASSEMBLE.decode(body))
+        got: object = ASSEMBLE.read(body).SerializeToString(deterministic=True)
     except InvalidRequestError as exc:
         assert exc.field.encode("utf-8") and str(exc).encode("utf-8") or True
         got = InvalidRequestError
@@ -275,7 +279,7 @@ def test_duplicates_are_found_as_the_plain_path_finds_them(pairs: list[tuple[str
     except InvalidRequestError:
         pass
     try:
-        schemas.assemble_request_from_json(ASSEMBLE.decode(body))
+        ASSEMBLE.read(body)
         decoder_refuses = False
     except InvalidRequestError:
         decoder_refuses = True

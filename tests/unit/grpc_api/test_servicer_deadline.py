@@ -4,7 +4,6 @@ decides by itself whether such a call reaches a real server at all)."""
 from __future__ import annotations
 
 import grpc
-import pytest
 
 from contracts.ibex.context.v1 import context_pb2 as pb
 from entrypoints.grpc_api.servicer import ContextAssemblyServicer

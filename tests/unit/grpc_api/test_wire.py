@@ -13,7 +13,8 @@ from contracts.ibex.auth.v1 import principal_context_pb2 as auth_pb
 from contracts.ibex.context.v1 import context_pb2 as pb
 from domain.model.errors import InvalidRequestError
 from domain.usecases import validation as bounds
-from entrypoints.grpc_api import server, translate, wire
+from entrypoints import translation as translate
+from entrypoints.grpc_api import server, wire
 
 ORG = "7f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
 AGENT = "1b2c3d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d"

@@ -11,8 +11,10 @@ from domain.model.directive import Directive
 from domain.model.errors import InvalidRequestError, UnknownModelError
 from domain.model.memory import DroppedItem, MemoryBatch
 from domain.model.messages import Message
-from domain.usecases.assemble_context import AssembleContext, AssemblyConfig
+from domain.usecases.assemble_context import AssembleContext
+from domain.usecases.assembly_config import AssemblyConfig
 from ports.errors import DirectiveStoreError, MemorySourceDeniedError, MemorySourceTimeoutError, MemorySourceUnavailableError
+from entrypoints.settings import Settings
 from tests.fakes.nonce_source import FixedNonceSource
 from tests.fakes.token_counter import CharsDiv4Counter, StaticCounters
 from tests.unit.usecases.scripted import (
@@ -32,7 +34,8 @@ MODELS = (
     ModelSpec("tiny", "test", 3000, 500, "o200k_base"),
 )
 COUNTER = CharsDiv4Counter()
-FAST = AssemblyConfig(wall_s=0.1, directive_timeout_s=0.05, hot_timeout_s=0.05, cold_timeout_s=0.05)
+SETTINGS = Settings()  # the declared defaults
+FAST = SETTINGS.assembly_config(wall_s=0.1, directive_timeout_s=0.05, hot_timeout_s=0.05, cold_timeout_s=0.05)
 INTERIM = attrs.evolve(FAST, score_policy="interim_v1")  # the reference's selection rule
 NEVER_S = 3600.0  # a branch this slow (or a budget this long) never ends within a test
 HANG_GUARD_S = 60.0  # only there so that a broken bound fails the test instead of hanging it
@@ -84,7 +87,7 @@ async def test_l0_assembles_directive_history_and_memories() -> None:
 
 
 async def test_slow_cold_branch_degrades_to_l1() -> None:
-    config = AssemblyConfig(wall_s=0.1, directive_timeout_s=0.05, hot_timeout_s=0.05, cold_timeout_s=0.02)
+    config = SETTINGS.assembly_config(wall_s=0.1, directive_timeout_s=0.05, hot_timeout_s=0.05, cold_timeout_s=0.02)
     result = await assembler(both(cold_delay_s=NEVER_S), config=config).execute(request())
     assert result.degradation_level == "L1"
     assert outcomes(result)["cold"] == "timeout" and outcomes(result)["hot"] == "success"
@@ -140,7 +143,7 @@ async def test_blank_query_skips_cold_without_degrading() -> None:
 async def test_outer_wall_cancels_slow_branches_and_keeps_finished_ones() -> None:
     # The cold branch would answer, and time out, only after an hour: the assembly returning at all
     # (within the hang guard) shows the 30 ms wall cancelled it instead of waiting.
-    config = AssemblyConfig(wall_s=0.03, directive_timeout_s=0.02, hot_timeout_s=0.02, cold_timeout_s=NEVER_S)
+    config = SETTINGS.assembly_config(wall_s=0.03, directive_timeout_s=0.02, hot_timeout_s=0.02, cold_timeout_s=NEVER_S)
     memories = both(cold_delay_s=NEVER_S)
     async with asyncio.timeout(HANG_GUARD_S):
         result = await assembler(memories, config=config).execute(request())
@@ -153,7 +156,7 @@ async def test_outer_wall_cancels_slow_branches_and_keeps_finished_ones() -> Non
 async def test_caller_deadline_shorter_than_the_wall_bounds_retrieval() -> None:
     # Wall and budgets of an hour, a cold branch that never answers: only the caller's 30 ms
     # deadline can end retrieval within the hang guard.
-    config = AssemblyConfig(wall_s=NEVER_S, directive_timeout_s=NEVER_S, hot_timeout_s=NEVER_S, cold_timeout_s=NEVER_S,
+    config = SETTINGS.assembly_config(wall_s=NEVER_S, directive_timeout_s=NEVER_S, hot_timeout_s=NEVER_S, cold_timeout_s=NEVER_S,
                             deadline_headroom_s=0.005)
     memories = both(cold_delay_s=NEVER_S)
     async with asyncio.timeout(HANG_GUARD_S):

@@ -7,7 +7,10 @@ from domain.model.memory import DroppedItem, MemoryBatch
 from domain.model.operations import SearchRequest
 from domain.usecases.search_memories import SearchMemories
 from ports.errors import MemorySourceUnavailableError
+from entrypoints.settings import Settings
 from tests.unit.usecases.scripted import AGENT, ORG, OTHER_ORG, RealTimeClock, ScriptedMemorySource, make_hit
+
+CONFIG = Settings().search_config()  # the declared defaults
 
 
 async def test_search_returns_own_tenant_hits_with_interim_scores() -> None:
@@ -16,7 +19,7 @@ async def test_search_returns_own_tenant_hits_with_interim_scores() -> None:
         dropped=(DroppedItem("malformed", "rank"),),
     )
     source = ScriptedMemorySource(cold=batch)
-    result = await SearchMemories(memories=source, clock=RealTimeClock()).execute(
+    result = await SearchMemories(memories=source, clock=RealTimeClock(), config=CONFIG).execute(
         SearchRequest(ORG, AGENT, "theme", limit=0, min_similarity=0.0, categories=("factual",))
     )
     assert [m.memory_id for m in result.memories] == ["a"]
@@ -29,9 +32,9 @@ async def test_search_returns_own_tenant_hits_with_interim_scores() -> None:
 async def test_source_failures_propagate_as_port_errors() -> None:
     source = ScriptedMemorySource(cold=MemorySourceUnavailableError("down", 503))
     with pytest.raises(MemorySourceUnavailableError):
-        await SearchMemories(memories=source, clock=RealTimeClock()).execute(SearchRequest(ORG, AGENT, "q"))
+        await SearchMemories(memories=source, clock=RealTimeClock(), config=CONFIG).execute(SearchRequest(ORG, AGENT, "q"))
 
 
 async def test_blank_query_is_invalid() -> None:
     with pytest.raises(InvalidRequestError, match="query"):
-        await SearchMemories(memories=ScriptedMemorySource(), clock=RealTimeClock()).execute(SearchRequest(ORG, AGENT, " "))
+        await SearchMemories(memories=ScriptedMemorySource(), clock=RealTimeClock(), config=CONFIG).execute(SearchRequest(ORG, AGENT, " "))

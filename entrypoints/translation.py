@@ -1,4 +1,8 @@
-"""Pure proto <-> domain mapping for the three RPCs; the only place the two sets of types meet.
+"""Pure proto <-> domain mapping for the three RPCs, shared by both edges; the only place the two sets meet.
+
+The gRPC edge (``grpc_api.servicer``) gets the messages from the wire, the HTTP edge
+(``http_api.app``) from ``json_format`` over a bounded JSON body: both then translate here, so a
+request means the same and a response carries the same values whichever edge answered it.
 
 Requests are copied field by field (the use cases validate and name the field), except that the
 length of every repeated field is checked on the proto message *before* any element is copied
@@ -6,13 +10,15 @@ into a domain object (``validation.check_items``: the same bounds and messages),
 ``principal_context`` is bounded in bytes. ``request_id``, when given, is the call's request id
 (the caller's, or one the edge generated) and replaces the message's own. Responses fill every
 field, including the additive ones; durations become whole milliseconds with ``max(0, round(ms))``
-and integers are clamped to the int32 range.
+integers are clamped to the int32 range and ``created_at`` is RFC 3339 (``Z`` for UTC).
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from contracts.ibex.context.v1 import context_pb2 as pb
-from domain.model.assembly import AssembleRequest, AssemblyMetrics, AssemblyOptions, AssemblyResult, BranchStatus, MemoryUsed
+from domain.model.assembly import AssembleRequest, AssemblyMetrics, AssemblyOptions, AssemblyResult, BranchStatus
 from domain.model.errors import InvalidRequestError
 from domain.model.messages import Message
 from domain.model.operations import FeedbackOutcome, FeedbackRequest, FoundMemory, SearchRequest, SearchResult
@@ -24,6 +30,16 @@ _INT32_MAX = 2**31 - 1
 def whole_ms(ms: float) -> int:
     """Milliseconds as a non-negative int32: ``max(0, round(ms))``."""
     return _int32(max(0, round(ms)))
+
+
+def rfc3339(moment: datetime | None) -> str:
+    """RFC 3339 text (``Z`` for UTC); "" for None. A naive datetime is taken as UTC."""
+    if moment is None:
+        return ""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    text = moment.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 def _int32(value: int) -> int:
@@ -178,7 +194,7 @@ def found_memory_to_proto(memory: FoundMemory) -> pb.Memory:
         confidence=memory.confidence,
         composite_score=memory.composite_score,
         retrieval_count=_int32(memory.retrieval_count),
-        created_at=memory.created_at.isoformat() if memory.created_at is not None else "",
+        created_at=rfc3339(memory.created_at),
     )
 
 
