@@ -18,6 +18,7 @@ DESCRIPTIONS = {
     "hostile_http": "hostile HTTP bodies against serve: /healthz latency while maximum-size bodies are refused, RSS, 500s",
     "grpc_hostile": "hostile gRPC input (12 x 14 MB unauthenticated calls, 1M-tag searches): server RSS, /healthz",
     "tracing_cost": "CPU per assembly with tracing off, on at 100% and at 1% sampling (rounds alternated)",
+    "stage_shares": "a py-spy profile of serve (during bench.load) split by assembly stage, as a Markdown table",
     "decode": "the memory adapter's strict msgspec decode of hot (50) and search (20) answers vs the old decoder",
 }
 

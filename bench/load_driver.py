@@ -3,8 +3,7 @@
 Request ``i`` is due at ``start + i / rate`` whatever happened to earlier ones (open loop); its
 latency is measured from that due time, so a slow generator or a queueing server shows up in the
 figures instead of silently lowering the offered rate (no coordinated omission). Calls are spread
-over several channels, each with its own TCP connection (SO_REUSEPORT workers balance by
-connection). Prints one JSON line: the offered rate, latencies in ms and the answer counts.
+over several channels, each with its own TCP connection. Prints one JSON line: the offered rate, latencies in ms and the answer counts.
 
     python -m bench.load_driver --target 127.0.0.1:9092 --rate 300 --duration 30 --org U --agent U
 """

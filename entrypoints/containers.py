@@ -342,8 +342,7 @@ async def _resolved(value: Any) -> Any:
 
 
 # ------------------------------------------------------------------ the edges over an opened application
-def build_grpc_server(servicer: ContextAssemblyServicer, settings: Settings, credentials: Any,
-                reuse_port: bool) -> GrpcServer:
+def build_grpc_server(servicer: ContextAssemblyServicer, settings: Settings, credentials: Any) -> GrpcServer:
     """The gRPC server bound to ``IBEX_CONTEXT_GRPC_ADDR`` (not started), with the health-only
     listener when ``IBEX_CONTEXT_HEALTH_ADDR`` is set (no bind guard: it answers health only).
 
@@ -352,7 +351,7 @@ def build_grpc_server(servicer: ContextAssemblyServicer, settings: Settings, cre
     """
     server, _port = build_server(
         servicer, settings.grpc_addr, has_auth=settings.has_auth, allow_insecure_bind=settings.allow_insecure_bind,
-        credentials=credentials, reuse_port=reuse_port,
+        credentials=credentials,
         extra_options=connection_age_options(settings.max_connection_age_ms / 1000.0,
                                              settings.max_connection_age_grace_ms / 1000.0),
     )
@@ -367,7 +366,6 @@ class Edges(containers.DeclarativeContainer):
     app = providers.Dependency(instance_of=Application)
     auth = providers.DependenciesContainer()
     grace_s = providers.Object(DEFAULT_GRACE_S)  # in-flight calls' time to finish at shutdown (uvicorn's too)
-    reuse_port = providers.Object(False)  # several serve processes share the ports (SO_REUSEPORT)
 
     settings = app.provided.settings
     readiness = providers.Singleton(Readiness)
@@ -377,7 +375,7 @@ class Edges(containers.DeclarativeContainer):
         metrics=app.provided.metrics, authenticator=auth.grpc_authenticator,
         deadline_headroom_s=settings.deadline_headroom_s, tracing=app.provided.tracing.edge,
     )
-    grpc_server = providers.Singleton(build_grpc_server, servicer, settings, auth.grpc_credentials, reuse_port)
+    grpc_server = providers.Singleton(build_grpc_server, servicer, settings, auth.grpc_credentials)
     asgi_app = providers.Singleton(
         make_app,
         assemble=app.provided.assemble, search=app.provided.search, feedback=app.provided.feedback,
@@ -390,11 +388,10 @@ class Edges(containers.DeclarativeContainer):
         max_connections=settings.http_max_connections,
         on_error=providers.Callable(count_connection_errors, app.provided.metrics),
     )
-    http_socket = providers.Singleton(open_http_socket, settings, reuse_port)
+    http_socket = providers.Singleton(open_http_socket, settings)
     http_server = providers.Singleton(build_http_server, asgi_app, http_protocol, auth.http_tls, grace_s)
 
 
-def build_edges(app: Application, *, grace_s: float = DEFAULT_GRACE_S, reuse_port: bool = False) -> Edges:
+def build_edges(app: Application, *, grace_s: float = DEFAULT_GRACE_S) -> Edges:
     """The edges' container over ``app`` (its container provides caller authentication)."""
-    return Edges(app=providers.Object(app), auth=app.container.auth, grace_s=providers.Object(grace_s),
-                 reuse_port=providers.Object(reuse_port))
+    return Edges(app=providers.Object(app), auth=app.container.auth, grace_s=providers.Object(grace_s))

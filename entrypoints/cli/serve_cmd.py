@@ -39,8 +39,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--grace", type=float, default=None, metavar="SECONDS",
                         help="how long in-flight calls may run after a shutdown signal "
                              "(default: IBEX_CONTEXT_SHUTDOWN_GRACE, 5 s)")
-    parser.add_argument("--reuse-port", action="store_true",
-                        help="let several serve processes share the ports (SO_REUSEPORT); the kernel spreads connections")
     parser.set_defaults(handler=run)
 
 
@@ -50,15 +48,14 @@ def run(args: argparse.Namespace) -> int:
     if not grace_s >= 0:
         raise CliError(f"--grace: expected seconds >= 0, got {args.grace}")
     configure_logging(settings.log_level)
-    served = serve(settings, with_http=not args.no_http, grace_s=grace_s, reuse_port=args.reuse_port)
+    served = serve(settings, with_http=not args.no_http, grace_s=grace_s)
     return run_loop(served, settings.event_loop)
 
 
-async def serve(settings: Settings, *, with_http: bool = True, grace_s: float = DEFAULT_GRACE_S,
-                reuse_port: bool = False) -> int:
+async def serve(settings: Settings, *, with_http: bool = True, grace_s: float = DEFAULT_GRACE_S) -> int:
     """Serve until a shutdown signal (or the gRPC server terminates), then drain; returns 0."""
     try:
-        service = await start_service(settings, with_http=with_http, grace_s=grace_s, reuse_port=reuse_port)
+        service = await start_service(settings, with_http=with_http, grace_s=grace_s)
     except StartupError as exc:
         raise CliError(str(exc)) from None
     _announce(service, settings)

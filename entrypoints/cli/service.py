@@ -86,7 +86,7 @@ async def drain_pause(seconds: float) -> None:
 
 async def start_service(
     settings: Settings, *, container: ApplicationContainer | None = None, with_http: bool = True,
-    grace_s: float = DEFAULT_GRACE_S, reuse_port: bool = False,
+    grace_s: float = DEFAULT_GRACE_S,
 ) -> RunningService:
     """Open the application and start serving.
 
@@ -100,7 +100,7 @@ async def start_service(
     if with_http:
         container.auth.http_tls()
     app = await open_application(settings, container)
-    edges = build_edges(app, grace_s=grace_s, reuse_port=reuse_port)
+    edges = build_edges(app, grace_s=grace_s)
     service: RunningService | None = None
     try:
         grpc_server = edges.grpc_server()

@@ -142,7 +142,6 @@ def build_server(
     has_auth: bool = False,
     allow_insecure_bind: bool = False,
     credentials: grpc.ServerCredentials | None = None,
-    reuse_port: bool = False,
     extra_options: Sequence[tuple[str, Any]] = (),
 ) -> tuple[GrpcServer, int]:
     """Build (not start) the server bound to ``addr`` (port 0 picks a free port).
@@ -153,7 +152,6 @@ def build_server(
         has_auth: a caller authentication mode is configured (mTLS CA or principal keys).
         allow_insecure_bind: ``IBEX_CONTEXT_ALLOW_INSECURE_BIND``.
         credentials: TLS credentials (None: plaintext).
-        reuse_port: let several worker processes share the port (SO_REUSEPORT).
         extra_options: more channel arguments, appended to ``SERVER_OPTIONS``.
 
     Returns:
@@ -168,13 +166,13 @@ def build_server(
         raise ServerStartError(str(exc)) from None
     if warning:
         _log.warning("grpc_insecure_bind", extra={"addr": addr, "detail": warning})
-    options = (*SERVER_OPTIONS, ("grpc.so_reuseport", int(reuse_port)), *extra_options)
+    options = (*SERVER_OPTIONS, ("grpc.so_reuseport", 0), *extra_options)  # grpc shares ports by default: never
     server = grpc.aio.server(options=options)
     add_service(servicer, server)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server)
-    port = _bind(server, addr, credentials, reuse_port)
+    port = _bind(server, addr, credentials)
     return GrpcServer(server, health, addr, port), port
 
 
@@ -190,8 +188,8 @@ def add_service(servicer: pb_grpc.ContextAssemblyServiceServicer, server: grpc.a
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
-def _bind(server: grpc.aio.Server, addr: str, credentials: grpc.ServerCredentials | None, reuse_port: bool) -> int:
-    _probe(addr, reuse_port)
+def _bind(server: grpc.aio.Server, addr: str, credentials: grpc.ServerCredentials | None) -> int:
+    _probe(addr)
     try:
         port = server.add_secure_port(addr, credentials) if credentials else server.add_insecure_port(addr)
     except RuntimeError as exc:
@@ -199,7 +197,7 @@ def _bind(server: grpc.aio.Server, addr: str, credentials: grpc.ServerCredential
     return port
 
 
-def _probe(addr: str, reuse_port: bool) -> None:
+def _probe(addr: str) -> None:
     """Fail with a one-line reason (port in use, address not local) before grpc tries and logs."""
     host, _, port = addr.rpartition(":")
     try:
@@ -207,8 +205,6 @@ def _probe(addr: str, reuse_port: bool) -> None:
             host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if reuse_port:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             probe.bind(sockaddr)
     except OSError as exc:
         raise ServerStartError(f"cannot bind gRPC address {addr}: {exc.strerror or exc}") from None

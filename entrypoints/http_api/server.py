@@ -43,13 +43,13 @@ class EmbeddedUvicorn(uvicorn.Server):
         yield
 
 
-def open_http_socket(settings: Settings, reuse_port: bool) -> socket.socket:
+def open_http_socket(settings: Settings) -> socket.socket:
     """The HTTP listening socket on ``IBEX_CONTEXT_HTTP_ADDR`` (a non-loopback bind without auth,
     when allowed, is logged); HttpBindError naming the address when it cannot be bound."""
     warning = bind_guard(settings.http_addr, settings.has_auth, settings.allow_insecure_bind)
     if warning:
         _log.warning("http_insecure_bind", extra={"addr": settings.http_addr, "detail": warning})
-    return bind_socket(settings.http_addr, reuse_port=reuse_port)
+    return bind_socket(settings.http_addr)
 
 
 def build_http_server(asgi: Any, protocol: type, tls: dict[str, Any], grace_s: float) -> EmbeddedUvicorn:
@@ -59,7 +59,7 @@ def build_http_server(asgi: Any, protocol: type, tls: dict[str, Any], grace_s: f
     return EmbeddedUvicorn(config)
 
 
-def bind_socket(addr: str, *, reuse_port: bool = False) -> socket.socket:
+def bind_socket(addr: str) -> socket.socket:
     """A listening TCP socket on ``host:port``; HttpBindError naming the address when it fails."""
     host, _, port = addr.rpartition(":")
     host = host.strip("[]")
@@ -69,8 +69,6 @@ def bind_socket(addr: str, *, reuse_port: bool = False) -> socket.socket:
             host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(sockaddr)
         sock.listen(1024)
     except OSError as exc:

@@ -155,8 +155,13 @@ def test_a_bad_variable_exits_2_with_one_line_naming_it(tmp_path: Path, variable
     assert stderr.count("\n") == 1 and variable in stderr and value in stderr
 
 
-def test_a_port_in_use_exits_2_with_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["plain", "so_reuseport"])
+def test_a_port_in_use_exits_2_with_one_line(tmp_path: Path, shared: bool) -> None:
+    """Even a port held with SO_REUSEPORT (as another grpc server holds it by default) is refused:
+    one serve process per port, replicas for more."""
     with socket.socket() as taken:
+        if shared:
+            taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
