@@ -101,7 +101,7 @@ class GrpcServer:
         """
         server = grpc.aio.server(options=HEALTH_LISTENER_OPTIONS)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        _probe(addr, False)
+        _probe(addr)
         try:
             port = server.add_insecure_port(addr)
         except RuntimeError as exc:
