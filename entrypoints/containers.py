@@ -50,6 +50,7 @@ from adapters.token_counters import TokenCountersRegistry
 from domain.usecases.assemble_context import AssembleContext
 from domain.usecases.record_feedback import FeedbackConfig, RecordMemoryFeedback
 from domain.usecases.search_memories import SearchMemories
+from entrypoints.admission import Admission
 from entrypoints.auth.grpc_auth import GrpcAuthenticator, server_credentials
 from entrypoints.grpc_api.server import DEFAULT_GRACE_S, GrpcServer, build_server, connection_age_options
 from entrypoints.grpc_api.servicer import ContextAssemblyServicer
@@ -360,6 +361,12 @@ def build_grpc_server(servicer: ContextAssemblyServicer, settings: Settings, cre
     return server
 
 
+def build_admission(settings: Settings, metrics: ServiceMetrics) -> Admission:
+    """The process's admission control (``entrypoints.admission``), counting refusals in the metrics."""
+    return Admission(max_in_flight=settings.max_in_flight, max_wait_s=settings.admission_wait_ms / 1000.0,
+                     min_deadline_s=settings.min_start_deadline_ms / 1000.0, on_shed=metrics.call_shed)
+
+
 class Edges(containers.DeclarativeContainer):
     """What the edges run, over one opened Application (``app``) and its container's ``auth``."""
 
@@ -369,18 +376,19 @@ class Edges(containers.DeclarativeContainer):
 
     settings = app.provided.settings
     readiness = providers.Singleton(Readiness)
+    admission = providers.Singleton(build_admission, settings, app.provided.metrics)  # one, shared by both edges
     servicer = providers.Singleton(
         ContextAssemblyServicer,
         assemble=app.provided.assemble, search=app.provided.search, feedback=app.provided.feedback,
         metrics=app.provided.metrics, authenticator=auth.grpc_authenticator,
-        deadline_headroom_s=settings.deadline_headroom_s, tracing=app.provided.tracing.edge,
+        deadline_headroom_s=settings.deadline_headroom_s, tracing=app.provided.tracing.edge, admission=admission,
     )
     grpc_server = providers.Singleton(build_grpc_server, servicer, settings, auth.grpc_credentials)
     asgi_app = providers.Singleton(
         make_app,
         assemble=app.provided.assemble, search=app.provided.search, feedback=app.provided.feedback,
         metrics=app.provided.metrics, readiness=readiness,
-        authenticator=auth.http_authenticator,
+        authenticator=auth.http_authenticator, admission=admission,
         read_timeout_s=settings.http_read_timeout_s, tracing=app.provided.tracing.edge,
     )
     http_protocol = providers.Singleton(

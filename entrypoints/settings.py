@@ -452,6 +452,18 @@ class Settings:
         0.0, "IBEX_CONTEXT_MIN_CONFIDENCE", kind=Number(0.0, 1.0),
         help="hot memories and search hits below this confidence are not asked for (sent to the memory "
              "source as `min_confidence`)")
+    # admission: what an assembly may wait for, and what it needs to start
+    max_in_flight: int = setting(
+        16, "IBEX_CONTEXT_MAX_IN_FLIGHT", kind=Integer(1, 10_000),
+        help="assemblies run at once (both edges); a call finding all taken waits `ADMISSION_WAIT`, then "
+             "is refused (gRPC RESOURCE_EXHAUSTED, HTTP 503 + `Retry-After`)")
+    admission_wait_ms: float = _ms_or_off(
+        5.0, "IBEX_CONTEXT_ADMISSION_WAIT",
+        help="the longest a call waits for an assembly slot (never past its deadline less `MIN_START_DEADLINE`)")
+    min_start_deadline_ms: float = _ms_or_off(
+        10.0, "IBEX_CONTEXT_MIN_START_DEADLINE",
+        help="a gRPC call with less of its deadline left is refused at once (RESOURCE_EXHAUSTED) instead of "
+             "started: it could not be answered in time")
     # backends
     memory_base_url: str = _text("", "IBEX_CONTEXT_MEMORY_BASE_URL", what="`http://` or `https://` URL",
                                  help="memory service; **empty selects the embedded backend**")

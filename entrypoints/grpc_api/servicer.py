@@ -54,6 +54,7 @@ from domain.usecases.record_feedback import RecordMemoryFeedback
 from domain.usecases.search_memories import SearchMemories
 from domain.usecases.validation import MAX_ID_CHARS
 from entrypoints import translation as translate
+from entrypoints.admission import Admission
 from entrypoints.grpc_api import wire
 from entrypoints.grpc_api.status import DeadlineExpiredError, failure_for
 from entrypoints.observability.correlation import new_request_id
@@ -121,8 +122,10 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
         authenticator: CallerAuthenticator | None = None,
         deadline_headroom_s: float = 0.005,
         tracing: EdgeTracing = EDGE_OFF,
+        admission: Admission | None = None,
     ) -> None:
         self._tracing = tracing
+        self._admission = admission
         self._assemble = assemble
         self._search = search
         self._feedback = feedback
@@ -159,7 +162,11 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
         org_id, agent_id = self._bind(principal, request.org_id, request.agent_id)
         domain = translate.assemble_request_from_proto(
             request, scope.deadline_s, tenant=(org_id, agent_id), request_id=scope.request_id)
-        result = await self._assemble.execute(domain)
+        if self._admission is None:
+            result = await self._assemble.execute(domain)
+        else:
+            async with self._admission.slot(SURFACE, scope.deadline_s):
+                result = await self._assemble.execute(domain)
         self._observe_assembly(result, scope)
         return translate.assembly_to_proto(result)
 

@@ -28,6 +28,7 @@ import attrs
 import grpc
 
 from domain.model.errors import InvalidRequestError, UnknownModelError
+from entrypoints.admission import Shed
 from entrypoints.auth.errors import AuthError
 from entrypoints.auth.grpc_auth import grpc_status
 from ports.errors import (
@@ -62,6 +63,8 @@ def failure_for(exc: Exception, *, remaining_s: float | None, call_id: str, head
     """
     if isinstance(exc, AuthError):
         return Failure(grpc_status(exc), exc.detail)
+    if isinstance(exc, Shed):
+        return Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, f"not started ({exc.reason}): {exc}")
     if isinstance(exc, DeadlineExpiredError):
         return Failure(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline expired before the call started")
     if isinstance(exc, InvalidRequestError):

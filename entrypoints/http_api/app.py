@@ -47,6 +47,7 @@ from contracts.ibex.context.v1 import context_pb2 as pb
 from domain.usecases.assemble_context import AssembleContext
 from domain.usecases.record_feedback import RecordMemoryFeedback
 from domain.usecases.search_memories import SearchMemories
+from entrypoints.admission import Admission
 from entrypoints.auth.binding import Tenant
 from entrypoints.auth.http_auth import HttpAuthenticator
 from entrypoints.auth.principal import VerifiedPrincipal
@@ -80,6 +81,7 @@ def make_app(
     metrics: ServiceMetrics,
     readiness: Readiness,
     authenticator: HttpAuthenticator | None = None,
+    admission: Admission | None = None,
     max_body_bytes: int | None = None,
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     tracing: EdgeTracing = EDGE_OFF,
@@ -98,7 +100,7 @@ def make_app(
             reading answers 408 (the HTTP/1.1 layer bounds the headers, ``protocol.py``).
         tracing: the edges' server spans (``observability.tracing``); off by default.
     """
-    api = _Api(assemble, search, feedback, metrics, authenticator, max_body_bytes, read_timeout_s, tracing)
+    api = _Api(assemble, search, feedback, metrics, authenticator, max_body_bytes, read_timeout_s, tracing, admission)
     routes = [
         Route("/v1/context:assemble", api.endpoint("AssembleContext", api.assemble), methods=["POST"]),
         Route("/v1/memories:search", api.endpoint("SearchMemories", api.search), methods=["POST"]),
@@ -119,8 +121,9 @@ _ROUTES = {"AssembleContext": "/v1/context:assemble", "SearchMemories": "/v1/mem
 class _Api:
     def __init__(self, assemble: AssembleContext, search: SearchMemories, feedback: RecordMemoryFeedback,
                  metrics: ServiceMetrics, authenticator: HttpAuthenticator | None, max_body_bytes: int | None,
-                 read_timeout_s: float, tracing: EdgeTracing = EDGE_OFF) -> None:
+                 read_timeout_s: float, tracing: EdgeTracing = EDGE_OFF, admission: Admission | None = None) -> None:
         self.tracing = tracing
+        self._admission = admission
         self._assemble, self._search, self._feedback = assemble, search, feedback
         self._metrics = metrics
         self._authenticator = authenticator
@@ -151,8 +154,12 @@ class _Api:
         message = await call.read_message(DECODERS["AssembleContext"])
         request_id = call.correlate(message.request_id, message.trace_id)
         tenant = self._tenant(principal, message.org_id, message.agent_id)
-        result = await self._assemble.execute(
-            translation.assemble_request_from_proto(message, tenant=tenant, request_id=request_id))
+        domain = translation.assemble_request_from_proto(message, tenant=tenant, request_id=request_id)
+        if self._admission is None:
+            result = await self._assemble.execute(domain)
+        else:
+            async with self._admission.slot(SURFACE, None):  # HTTP callers send no deadline
+                result = await self._assemble.execute(domain)
         self._metrics.observe_assembly(result)
         annotate_assembly(result)
         return render(translation.assembly_to_proto(result))
@@ -202,7 +209,9 @@ async def _answer(call: ApiCall, method: str, handler: Handler) -> tuple[Respons
             _log.exception("http_internal_error", extra={
                 "method": method, "request_id": call.request_id, "request_trace_id": call.trace_id})
             error = internal_error()
-        headers = {"connection": "close"} if error.close else None
+        headers = {"connection": "close"} if error.close else {}
+        if error.retry_after_s is not None:
+            headers["retry-after"] = str(error.retry_after_s)
         return call.respond(error.status, error.body(call.request_id), headers), error.code
 
 

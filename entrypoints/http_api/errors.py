@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 
 from domain.model.errors import InvalidRequestError, UnknownModelError
+from entrypoints.admission import Shed
 from entrypoints.auth.errors import PERMISSION_DENIED, AuthError
 from ports.errors import MemorySourceDeniedError, MemorySourceTimeoutError, PortError
 
@@ -34,6 +35,7 @@ METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
 UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
 PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
 UNAVAILABLE = "UNAVAILABLE"
+RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
 REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
 CANCELLED = "CANCELLED"
 INTERNAL = "INTERNAL"
@@ -58,6 +60,7 @@ class ApiError(Exception):
     message: str
     field: str | None = None
     close: bool = attrs.field(default=False, kw_only=True)  # answer with Connection: close (the body was not read)
+    retry_after_s: int | None = attrs.field(default=None, kw_only=True)  # a Retry-After header, seconds
 
     def body(self, request_id: str = "") -> dict[str, Any]:
         error: dict[str, Any] = {"code": self.code, "message": self.message}
@@ -72,6 +75,8 @@ def translate(exc: BaseException) -> ApiError | None:
     """The caller-facing error for a known failure; None for an unexpected one (answer INTERNAL)."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, Shed):
+        return ApiError(503, RESOURCE_EXHAUSTED, f"not started ({exc.reason}): {exc}", retry_after_s=1)
     if isinstance(exc, InvalidRequestError):
         return ApiError(400, INVALID_ARGUMENT, str(exc), exc.field)
     if isinstance(exc, UnknownModelError):

@@ -34,6 +34,8 @@ class ServiceMetrics:
         self.tokens_used = Histogram("ibex_context_tokens_used", "Tokens of the assembled context", buckets=_TOKEN_BUCKETS, registry=r)
         self.memory_tokens = Histogram("ibex_context_memory_tokens", "Tokens charged for included memories", buckets=_TOKEN_BUCKETS, registry=r)
         self.candidates = Counter("ibex_context_candidates", "Memory candidates by disposition", ("disposition",), registry=r)
+        self.shed = Counter("ibex_context_shed", "Calls refused before they started, by surface and reason",
+                            ("surface", "reason"), registry=r)
         self.auth_failures = Counter("ibex_context_auth_failures", "Rejected callers by reason", ("reason",), registry=r)
         self.feedback_updates = Counter("ibex_context_feedback_updates", "Feedback writes by result", ("result",), registry=r)
         self.trace_spans_dropped = Counter("ibex_context_trace_spans_dropped", "Spans dropped because the export queue was full", registry=r)
@@ -55,6 +57,9 @@ class ServiceMetrics:
     def observe_request(self, surface: str, method: str, code: str, seconds: float) -> None:
         self.requests.labels(surface, method, code).inc()
         self.request_latency.labels(surface, method).observe(seconds)
+
+    def call_shed(self, surface: str, reason: str) -> None:
+        self.shed.labels(surface, reason).inc()
 
     def auth_failure(self, reason: str) -> None:
         self.auth_failures.labels(reason).inc()
