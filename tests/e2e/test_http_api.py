@@ -11,7 +11,6 @@ import asyncio
 import base64
 import json
 import logging
-import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -28,9 +27,10 @@ from adapters.system_clock import SystemClock
 from contracts.ibex.context.v1 import context_pb2 as pb
 from entrypoints.auth.http_auth import PROOF_HEADER, HttpAuthenticator
 from entrypoints.auth.keys import KeyRing
-from entrypoints.containers import open_application
+from entrypoints.containers import Application, open_application
 from entrypoints.http_api.app import make_app
 from entrypoints.settings import Settings
+from tests.support.background_loop import BackgroundLoop
 from tests.support.memory_server import MemoryServer
 from tests.support.principal_proofs import AGENT, ORG, OTHER_ORG, context, ed_entry, ed_proof, write_key_file
 
@@ -45,40 +45,23 @@ GENEROUS = {"timeout_ms": 3000.0, "deadline_ms": 3000.0, "directive_timeout_ms":
 JSON_NAMES = {f.json_name for f in pb.AssembleContextResponse.DESCRIPTOR.fields}
 
 
-class ServedApi:
+class ServedApi(BackgroundLoop):
     """One opened application behind two uvicorn servers (``open``: no auth; ``authed``: proofs)."""
 
+    what = "the HTTP API"
+
     def __init__(self, settings: Settings, keyring: KeyRing) -> None:
+        super().__init__()
         self.settings = settings
         self.keyring = keyring
         self.ready = True
         self.urls: dict[str, str] = {}
-        self._started = threading.Event()
-        self._failure: list[BaseException] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+        self._app: Application | None = None
+        self._servers: list[uvicorn.Server] = []
+        self._tasks: list[asyncio.Task[None]] = []
 
-    def __enter__(self) -> ServedApi:
-        self._thread.start()
-        self._started.wait(60)
-        if self._failure or not self.urls:
-            raise RuntimeError(f"the HTTP API did not start: {self._failure}")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None and self._stop is not None
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(30)
-
-    async def _main(self) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        try:
-            app = await open_application(self.settings)
-        except BaseException as exc:
-            self._failure.append(exc)
-            self._started.set()
-            return
+    async def start(self) -> None:
+        app = self._app = await open_application(self.settings)
         authenticator = HttpAuthenticator(self.keyring, on_failure=app.metrics.auth_failure)
         apps = {name: make_app(assemble=app.assemble, search=app.search, feedback=app.feedback, metrics=app.metrics,
                                readiness=lambda: self.ready, authenticator=auth, max_body_bytes=MAX_BODY)
@@ -86,17 +69,21 @@ class ServedApi:
         servers = {name: uvicorn.Server(uvicorn.Config(asgi, host="127.0.0.1", port=0, lifespan="off",
                                                        log_config=None, access_log=False))
                    for name, asgi in apps.items()}
-        tasks = [asyncio.create_task(server.serve()) for server in servers.values()]
-        while not all(s.started for s in servers.values()) and not any(t.done() for t in tasks):
+        self._servers = list(servers.values())
+        self._tasks = [asyncio.create_task(server.serve()) for server in self._servers]
+        while not all(s.started for s in self._servers) and not any(t.done() for t in self._tasks):
             await asyncio.sleep(0.01)
+        if not all(s.started for s in self._servers):
+            raise RuntimeError("a uvicorn server stopped during start-up")
         for name, server in servers.items():
             self.urls[name] = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-        self._started.set()
-        await self._stop.wait()
-        for server in servers.values():
+
+    async def stop(self) -> None:
+        for server in self._servers:
             server.should_exit = True
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await app.close()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        assert self._app is not None
+        await self._app.close()
 
 
 @attrs.frozen

@@ -11,7 +11,6 @@ streaming), and large hostile bodies refused while ``/healthz`` keeps answering.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import threading
@@ -27,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from entrypoints.cli.service import RunningService, start_service
 from entrypoints.http_api.limits import ASSEMBLE_BODY_LIMIT, SEARCH_BODY_LIMIT
 from entrypoints.settings import Settings
+from tests.support.background_loop import BackgroundLoop
 from tests.support.hostile_http import (
     HostileRequest,
     check_error_shape,
@@ -42,40 +42,21 @@ GENEROUS_S = 10.0  # "the server answers within a generous cap": never a race on
 ASSEMBLE = "/v1/context:assemble"
 
 
-class ServiceThread:
+class ServiceThread(BackgroundLoop):
     """``start_service`` (gRPC + HTTP) on its own event loop in a thread; ``url``, ``port``, ``service``."""
 
+    what = "the service"
+
     def __init__(self, settings: Settings) -> None:
+        super().__init__()
         self.settings = settings
         self.service: RunningService | None = None
-        self._ready = threading.Event()
-        self._failure: list[BaseException] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
-    def __enter__(self) -> ServiceThread:
-        self._thread.start()
-        self._ready.wait(60)
-        if self._failure or self.service is None:
-            raise RuntimeError(f"the service did not start: {self._failure}")
-        return self
+    async def start(self) -> None:
+        self.service = await start_service(self.settings, grace_s=0)
 
-    def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None and self._stop is not None
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(30)
-
-    async def _main(self) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        try:
-            self.service = await start_service(self.settings, grace_s=0)
-        except BaseException as exc:
-            self._failure.append(exc)
-            self._ready.set()
-            return
-        self._ready.set()
-        await self._stop.wait()
+    async def stop(self) -> None:
+        assert self.service is not None
         await self.service.shutdown(grace_s=0)
 
     @property
