@@ -27,15 +27,16 @@ class AnswerMemo:
         self._max_body_bytes = max_body_bytes
         self._decoded = functools.lru_cache(maxsize=entries)(decode_batch)
 
-    def batch(self, body: bytes) -> MemoryBatch:
-        """``decode_batch(body)``, from the memo when these exact bytes were decoded before.
+    def batch(self, body: bytes, limit: int | None = None) -> MemoryBatch:
+        """``decode_batch(body, limit)``, from the memo when these exact bytes were decoded before
+        for the same limit.
 
         Raises:
             MemorySourceUnavailableError: as ``decode_batch``.
         """
         if len(body) > self._max_body_bytes:
-            return decode_batch(body)
-        return self._decoded(body)
+            return decode_batch(body, limit)
+        return self._decoded(body, limit)
 
     def hits(self) -> int:
         return self._decoded.cache_info().hits

@@ -89,8 +89,8 @@ class HttpMemorySource(MemorySource, FeedbackSink):
         params = {"agent_id": query.agent_id, "limit": str(query.limit),
                   "min_confidence": str(float(query.min_confidence))}
         request = Request("GET", self._hot_url, self._headers(query.call), params=params)
-        return _fenced(self._answers.batch(_checked(await self._exchange.send(request, timeout_s=timeout_s)).body),
-                       query.org_id, query.agent_id)
+        answer = _checked(await self._exchange.send(request, timeout_s=timeout_s))
+        return _fenced(self._answers.batch(answer.body, query.limit), query.org_id, query.agent_id)
 
     async def search(self, query: SearchQuery, *, timeout_s: float) -> MemoryBatch:
         payload: dict[str, object] = {"agent_id": query.agent_id, "query": query.query,
@@ -102,8 +102,8 @@ class HttpMemorySource(MemorySource, FeedbackSink):
         if query.tags:
             payload["tags"] = list(query.tags)
         request = Request("POST", self._search_url, self._headers(query.call, json_body=True), body=_json(payload))
-        return _fenced(self._answers.batch(_checked(await self._exchange.send(request, timeout_s=timeout_s)).body),
-                       query.org_id, query.agent_id)
+        answer = _checked(await self._exchange.send(request, timeout_s=timeout_s))
+        return _fenced(self._answers.batch(answer.body, query.limit), query.org_id, query.agent_id)
 
     async def record(self, item: FeedbackItem, *, timeout_s: float) -> FeedbackResult:
         memory_id = _memory_id(item.memory_id)

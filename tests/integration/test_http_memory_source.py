@@ -184,9 +184,19 @@ async def test_a_malformed_item_is_dropped_with_the_field_named_and_the_rest_kep
 
 async def test_many_malformed_items_are_each_reported(server, tenant, source):
     server.inject_bad_items("search", *BAD_ITEM_KINDS)
-    batch = await source.search(search(tenant), timeout_s=2)
+    batch = await source.search(search(tenant, limit=50), timeout_s=2)
     assert len(batch.hits) == 3 and len(batch.dropped) == len(BAD_ITEM_KINDS)
     assert [d.detail.split(".")[0] for d in batch.dropped] == [f"results[{i}]" for i in range(len(BAD_ITEM_KINDS))]
+
+
+async def test_results_past_the_limit_asked_for_are_not_read(server, tenant, source):
+    """A service that answers more than asked costs the item checks of the limit, no more."""
+    server.inject_bad_items("search", *BAD_ITEM_KINDS)  # put before the service's own results
+    batch = await source.search(search(tenant, limit=2), timeout_s=2)
+    assert batch.hits == ()
+    assert [d.detail for d in batch.dropped][2:] == [
+        f"results[2:]: past the limit of 2 asked for, not read ({len(BAD_ITEM_KINDS)} more)"]
+    assert [d.detail.split(".")[0] for d in batch.dropped[:2]] == ["results[0]", "results[1]"]
 
 
 @pytest.mark.parametrize("kind", ["surrogate", "utf8"])

@@ -367,3 +367,25 @@ def test_a_malformed_feedback_answer_fails_naming_the_field(raw: bytes, message:
 ])
 def test_the_error_code_is_read_only_when_it_is_a_plain_identifier(raw: bytes, code: str) -> None:
     assert error_code(raw) == code
+
+
+# ------------------------------------------------------------------ more results than asked for
+def test_results_past_the_limit_are_not_read_and_are_reported_once() -> None:
+    batch = decode_batch(body(item(0), item(1), item(2)), limit=2)
+    assert batch.hits == (hit(0), hit(1))
+    assert batch.dropped == (DroppedItem("malformed", "results[2:]: past the limit of 2 asked for, not read (1 more)"),)
+
+
+def test_a_broken_item_past_the_limit_is_never_checked() -> None:
+    batch = decode_batch(body(item(0), {"memory": "not an object"}, *[{}] * 1000), limit=1)
+    assert batch.hits == (hit(0),)
+    assert batch.dropped == (DroppedItem("malformed", "results[1:]: past the limit of 1 asked for, not read (1001 more)"),)
+
+
+def test_a_broken_item_inside_the_limit_is_dropped_as_without_a_limit() -> None:
+    raw = body(item(0), item(1, rank=0), item(2), item(2))
+    unbounded = decode_batch(raw)
+    bounded = decode_batch(raw, limit=3)
+    assert bounded.hits == unbounded.hits[:2] == (hit(0), hit(2))
+    assert bounded.dropped == (*unbounded.dropped,
+                               DroppedItem("malformed", "results[3:]: past the limit of 3 asked for, not read (1 more)"))
