@@ -5,8 +5,9 @@ provider reads the one ``Settings`` value (its declarations are in ``entrypoints
 use cases' configuration values come from ``Settings.assembly_config()`` / ``search_config()``,
 restated nowhere here).
 
-Backends are chosen by the settings: the directive store is Redis when ``redis_url`` is set, the
-embedded SQLite file otherwise; the memory source (and feedback sink) is the memory service over
+Backends are chosen by the settings: the directive store is Redis when ``redis_url`` is set (behind
+the in-process directive cache and its invalidation subscription unless its TTL is 0:
+``open_directive_cache``), the embedded SQLite file otherwise; the memory source (and feedback sink) is the memory service over
 HTTP when ``memory_base_url`` is set, the embedded file otherwise. Clients are async ``Resource``
 providers: they open when first asked for and close in ``shutdown_resources()`` (``Application.close()``);
 only the selected backends are ever opened. The embedded stores are also provided on their own
@@ -36,13 +37,15 @@ import attrs
 import grpc
 from dependency_injector import containers, providers
 
+from adapters.directive_cache import CachedDirectiveStore
 from adapters.embedded.database import DEFAULT_WORKERS, EmbeddedDatabase
 from adapters.embedded.directive_store import EmbeddedDirectiveStore
 from adapters.embedded.memory_store import EmbeddedMemoryStore
 from adapters.json_model_catalog import JsonModelCatalog
 from adapters.memory_http import HttpMemorySource
 from adapters.otel_tracing import OpenTelemetryStages
-from adapters.redis_directive_store import RedisDirectiveStore
+from adapters.redis_directive_store import RedisDirectiveStore, RedisInvalidations, org_and_key
+from adapters.redis_directive_store.invalidations import CLOSED
 from adapters.secrets_nonce_source import SecretsNonceSource
 from adapters.system_clock import SystemClock
 from adapters.text_profiles import CachedTextProfiles
@@ -62,6 +65,8 @@ from entrypoints.auth.keys import KeyRing, keyring_from_setting
 from entrypoints.observability.metrics import ServiceMetrics
 from entrypoints.observability.tracing import Tracing, open_tracing
 from entrypoints.settings import Settings
+from ports.clock import Clock
+from ports.directive_store import DirectiveStore
 from ports.errors import DirectiveStoreError
 from ports.model_catalog import ModelCatalog
 from ports.tracing import NO_TRACER, Tracer
@@ -92,6 +97,48 @@ async def open_redis_directives(settings: Settings) -> AsyncIterator[RedisDirect
         yield store
     finally:
         await store.close()
+
+
+async def open_directive_cache(settings: Settings, store: RedisDirectiveStore, clock: Clock,
+                               metrics: ServiceMetrics) -> AsyncIterator[DirectiveStore]:
+    """The Redis store behind the in-process directive cache, fed by one PSUBSCRIBE per process
+    (``adapters.directive_cache``, ``adapters.redis_directive_store.invalidations``); the store
+    itself when ``IBEX_CONTEXT_DIRECTIVE_CACHE_TTL_MS`` is 0 (no cache, no subscription).
+
+    The feed starts here, in the background (the cache is bypassed until its first subscription
+    is confirmed), and is closed before the cache and the store. Lookups, subscription state and
+    invalidations are counted; the subscription's down and up transitions are logged once each.
+    """
+    if not settings.uses_directive_cache:
+        yield store
+        return
+    cache = CachedDirectiveStore(store, clock, key_of=org_and_key, ttl_s=settings.directive_cache_ttl_s,
+                                 max_entries=settings.directive_cache_entries,
+                                 on_lookup=metrics.directive_cache_lookup)
+
+    def on_invalidate(org_id: str | None) -> None:
+        cache.invalidate(org_id)
+        metrics.directive_invalidation(org_id)
+
+    def on_state(live: bool, detail: str) -> None:
+        cache.subscription_changed(live)
+        metrics.directive_subscription(live)
+        if live:
+            _log.info("directive_subscription_up", extra={"detail": detail})
+        else:
+            _log.log(logging.INFO if detail == CLOSED else logging.WARNING, "directive_subscription_down",
+                     extra={"detail": detail, "effect": "directive cache bypassed until resubscribed"})
+
+    feed = _named("IBEX_CONTEXT_REDIS_URL", lambda: RedisInvalidations.from_url(
+        settings.redis_url, on_invalidate=on_invalidate, on_state=on_state))
+    feed.start()
+    try:
+        yield cache
+    finally:
+        try:
+            await feed.close()
+        finally:
+            await cache.close()
 
 
 async def open_http_memory(settings: Settings) -> AsyncIterator[HttpMemorySource]:
@@ -168,6 +215,7 @@ def _checked(build: Callable[[], Any]) -> Any:
 class Adapters(containers.DeclarativeContainer):
     settings = providers.Dependency(instance_of=Settings)
     tracing = providers.Dependency(instance_of=Tracing)
+    metrics = providers.Dependency(instance_of=ServiceMetrics)
 
     clock = providers.Singleton(SystemClock)
     nonces = providers.Singleton(SecretsNonceSource)
@@ -175,9 +223,10 @@ class Adapters(containers.DeclarativeContainer):
     embedded_database = providers.Resource(open_embedded_database, settings)
     embedded_directives = providers.Singleton(EmbeddedDirectiveStore, embedded_database, clock)
     embedded_memories = providers.Singleton(EmbeddedMemoryStore, embedded_database, clock)
+    redis_directives = providers.Resource(open_redis_directives, settings)
     directive_store = providers.Selector(
         settings.provided.directive_backend,
-        redis=providers.Resource(open_redis_directives, settings),
+        redis=providers.Resource(open_directive_cache, settings, redis_directives, clock, metrics),
         embedded=embedded_directives,
     )
     memory_source = providers.Selector(
@@ -232,7 +281,7 @@ class ApplicationContainer(containers.DeclarativeContainer):
     settings = providers.Dependency(instance_of=Settings)
     metrics = providers.Singleton(ServiceMetrics)
     tracing = providers.Singleton(tracing_for, settings, metrics)
-    adapters = providers.Container(Adapters, settings=settings, tracing=tracing)
+    adapters = providers.Container(Adapters, settings=settings, tracing=tracing, metrics=metrics)
     usecases = providers.Container(UseCases, settings=settings, adapters=adapters)
     auth = providers.Container(Auth, settings=settings, metrics=metrics)
 
@@ -293,7 +342,10 @@ async def warm_up(container: ApplicationContainer) -> None:
       file is started and its connection opened and prepared (FTS5 scratch tables), as the first
       store calls would;
     * Redis: one pooled connection opened with a PING (no key read). A Redis that does not answer
-      is logged and left to the directive branch, which degrades without it.
+      is logged and left to the directive branch, which degrades without it. When it answers and
+      the directive cache is on, its first subscription (a PSUBSCRIBE, no tenant named) is
+      awaited as long again, so the first calls use the cache; if it is not confirmed in time that
+      is logged and the cache stays bypassed until it is.
 
     The memory service is left to connect on its first call: its API has no tenant-free request
     to open a connection with.
@@ -303,11 +355,18 @@ async def warm_up(container: ApplicationContainer) -> None:
     if settings.uses_embedded_directives or settings.uses_embedded_memory:
         await warm_embedded_database(await _resolved(container.adapters.embedded_database()))
     if not settings.uses_embedded_directives:
-        store = await _resolved(container.adapters.directive_store())
+        store = await _resolved(container.adapters.redis_directives())
         try:
             await store.ping(timeout_s=WARM_UP_TIMEOUT_S)
         except DirectiveStoreError as exc:
             _log.warning("warm_up_incomplete", extra={"what": "redis", "detail": str(exc)})
+            return
+        cache = await _resolved(container.adapters.directive_store())
+        if isinstance(cache, CachedDirectiveStore) and not await cache.until_live(timeout_s=WARM_UP_TIMEOUT_S):
+            _log.warning("warm_up_incomplete", extra={
+                "what": "redis subscription",
+                "detail": f"PSUBSCRIBE not confirmed within {WARM_UP_TIMEOUT_S:g} s: the directive cache is "
+                          "bypassed until it is"})
 
 
 async def warm_embedded_database(database: EmbeddedDatabase, workers: int = EMBEDDED_WORKERS,

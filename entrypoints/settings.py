@@ -475,6 +475,15 @@ class Settings:
              "`?ssl_ca_certs=`, `ssl_certfile`, `ssl_keyfile`), `unix://`, or Sentinel: "
              "`redis+sentinel://[:password@]host:port,host:port/service_name/db[?sentinel_password=]` "
              "(`rediss+sentinel://` for TLS)")
+    directive_cache_ttl_ms: float = _ms_or_off(
+        1000.0, "IBEX_CONTEXT_DIRECTIVE_CACHE_TTL_MS",
+        help="Redis directives: each answer (no directive too) is kept in process at most this long, dropped "
+             "for its whole org on any message of `directive_updates:{org_id}`, and not used while that "
+             "subscription is down; the longest a change written without a publish can go unseen. `0`: no "
+             "cache and no subscription ([rules](docs/ARCHITECTURE.md#directive-cache))")
+    directive_cache_entries: int = setting(
+        10_000, "IBEX_CONTEXT_DIRECTIVE_CACHE_ENTRIES", kind=Integer(1, 1_000_000),
+        help="Redis directives: the most agents' answers kept in process (least recently used dropped first)")
     data_path: str = _text(DEFAULT_DATA_PATH, "IBEX_CONTEXT_DATA_PATH", what="file path",
                            help="embedded backend file (SQLite, WAL)")
     catalog_path: str = _text("", "IBEX_CONTEXT_CATALOG_PATH", what="file path",
@@ -670,6 +679,15 @@ class Settings:
     @property
     def uses_embedded_directives(self) -> bool:
         return not self.redis_url
+
+    @property
+    def uses_directive_cache(self) -> bool:
+        """Redis directives go through the in-process cache (and its subscription): a TTL > 0."""
+        return not self.uses_embedded_directives and self.directive_cache_ttl_ms > 0
+
+    @property
+    def directive_cache_ttl_s(self) -> float:
+        return self.directive_cache_ttl_ms / 1000.0
 
     @property
     def has_auth(self) -> bool:

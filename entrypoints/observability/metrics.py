@@ -40,6 +40,9 @@ class ServiceMetrics:
         self.feedback_updates = Counter("ibex_context_feedback_updates", "Feedback writes by result", ("result",), registry=r)
         self.trace_spans_dropped = Counter("ibex_context_trace_spans_dropped", "Spans dropped because the export queue was full", registry=r)
         self.trace_exports = Counter("ibex_context_trace_exports", "Spans handed to the OTLP exporter, by export result", ("result",), registry=r)
+        self.directive_cache = Counter("ibex_context_directive_cache", "Directive lookups by in-process cache result (bypass: the invalidation subscription is down)", ("result",), registry=r)
+        self.directive_subscription_up = Gauge("ibex_context_directive_subscription_up", "1 while the directive invalidation subscription (PSUBSCRIBE directive_updates:*) is confirmed", registry=r)
+        self.directive_invalidations = Counter("ibex_context_directive_invalidations", "Directive invalidation messages by scope (org: one org dropped; all: a channel naming no org dropped the cache)", ("scope",), registry=r)
 
     def observe_assembly(self, result: AssemblyResult) -> None:
         self.assemblies.labels(result.degradation_level).inc()
@@ -74,6 +77,17 @@ class ServiceMetrics:
 
     def trace_export(self, result: str, spans: int) -> None:
         self.trace_exports.labels(result).inc(spans)
+
+    def directive_cache_lookup(self, result: str) -> None:
+        """One directive lookup: ``hit``, ``miss`` or ``bypass`` (``adapters.directive_cache.CacheResult``)."""
+        self.directive_cache.labels(result).inc()
+
+    def directive_subscription(self, live: bool) -> None:
+        self.directive_subscription_up.set(1 if live else 0)
+
+    def directive_invalidation(self, org_id: str | None) -> None:
+        """One invalidation message: for one org, or (None) for a channel naming none."""
+        self.directive_invalidations.labels("all" if org_id is None else "org").inc()
 
     @contextmanager
     def in_flight(self, surface: str) -> Iterator[None]:

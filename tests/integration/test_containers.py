@@ -3,14 +3,18 @@ warm-up (no tenant named), caller authentication."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis.asyncio as redis_asyncio
 from dependency_injector import providers
 
+from adapters.directive_cache import CachedDirectiveStore
 from adapters.embedded.directive_store import EmbeddedDirectiveStore
 from adapters.embedded.memory_store import EmbeddedMemoryStore
 from adapters.json_model_catalog import JsonModelCatalog
@@ -26,6 +30,7 @@ from entrypoints.containers import EMBEDDED_WORKERS, StartupError, build_contain
 from entrypoints.settings import Settings
 from tests.support.memory_server import MemoryServer
 from tests.support.principal_proofs import ed_entry, write_key_file
+from tests.support.redis_proxy import HoldingRedisProxy
 from tests.support.redis_server import RedisServer, free_port
 
 ORG, AGENT = str(uuid.uuid4()), str(uuid.uuid4())
@@ -63,7 +68,8 @@ async def test_redis_and_the_memory_service_are_chosen_by_their_urls(redis_url: 
     container = build_container(settings)
     app = await open_application(settings, container)
     try:
-        assert isinstance(await container.adapters.directive_store(), RedisDirectiveStore)
+        assert isinstance(await container.adapters.directive_store(), CachedDirectiveStore)  # over Redis
+        assert isinstance(await container.adapters.redis_directives(), RedisDirectiveStore)
         assert isinstance(await container.adapters.memory_source(), HttpMemorySource)
         result = await app.assemble.execute(request())  # the memory URL refuses connections: degraded, not failed
     finally:
@@ -176,6 +182,82 @@ async def test_an_unreachable_redis_at_start_up_degrades_instead_of_failing(tmp_
         await app.close()
     directive = next(b for b in result.branches if b.name == "directive")
     assert directive.outcome == "error" and "PING" not in directive.detail
+
+
+# ------------------------------------------------------------------ the directive cache
+async def until(condition: Callable[[], bool], what: str, cap_s: float = 30.0) -> None:
+    """Until ``condition()`` holds (checked every 10 ms; the cap is a hang guard only)."""
+    try:
+        async with asyncio.timeout(cap_s):
+            while not condition():
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"{what}: not reached within {cap_s} s") from None
+
+
+def subscription_up(app) -> float | None:  # type: ignore[no-untyped-def]
+    return app.metrics.registry.get_sample_value("ibex_context_directive_subscription_up")
+
+
+def redis_settings(url: str, tmp_path: Path, **env: str) -> Settings:
+    return Settings.from_env({"IBEX_CONTEXT_REDIS_URL": url, "IBEX_CONTEXT_DATA_PATH": str(tmp_path / "unused.db"),
+                              "IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS": "2s", **env})
+
+
+async def test_a_zero_ttl_turns_the_directive_cache_and_its_subscription_off(
+    private_redis: RedisServer, tmp_path: Path
+) -> None:
+    probe = redis_asyncio.from_url(private_redis.url)
+    app = await open_application(redis_settings(private_redis.url, tmp_path, IBEX_CONTEXT_DIRECTIVE_CACHE_TTL_MS="0"))
+    try:
+        store = await app.container.adapters.directive_store()
+        assert isinstance(store, RedisDirectiveStore) and store is await app.container.adapters.redis_directives()
+        await app.assemble.execute(request())
+        assert (await probe.info("commandstats"))["cmdstat_get"]["calls"] == 1  # the GET: connected by now
+        assert await probe.execute_command("PUBSUB", "NUMPAT") == 0
+        assert "cmdstat_psubscribe" not in await probe.info("commandstats")
+        assert subscription_up(app) == 0
+    finally:
+        await app.close()
+        await probe.aclose()
+
+
+async def test_the_subscription_is_counted_and_its_transitions_logged_once_each(
+    private_redis: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = await HoldingRedisProxy.start(private_redis.port)  # the whole service reaches Redis through it
+    probe = redis_asyncio.from_url(private_redis.url)
+    caplog.set_level(logging.INFO, logger="ibex_context")
+    app = await open_application(redis_settings(proxy.url, tmp_path))
+    try:
+        store = await app.container.adapters.directive_store()
+        assert isinstance(store, CachedDirectiveStore)
+        await until(lambda: subscription_up(app) == 1, "the subscription confirmed")
+        assert store.live and await probe.execute_command("PUBSUB", "NUMPAT") == 1
+        await app.assemble.execute(request())
+        await app.assemble.execute(request())
+        results = {result: app.metrics.registry.get_sample_value("ibex_context_directive_cache_total",
+                                                                 {"result": result}) for result in ("miss", "hit")}
+        assert results == {"miss": 1.0, "hit": 1.0}
+        proxy.refuse_connections(True)  # the feed's reconnects are refused (the store keeps its connection)
+        assert await probe.execute_command("CLIENT", "KILL", "TYPE", "pubsub") == 1
+        await until(lambda: subscription_up(app) == 0, "the subscription lost")
+        await proxy.wait_for(lambda: proxy.refused >= 3, "three refused reconnects")
+        await app.assemble.execute(request())
+        assert app.metrics.registry.get_sample_value("ibex_context_directive_cache_total", {"result": "bypass"}) == 1
+        proxy.refuse_connections(False)
+        await until(lambda: subscription_up(app) == 1, "the subscription confirmed again")
+        await probe.publish(f"directive_updates:{ORG}", "")
+        await until(lambda: app.metrics.registry.get_sample_value(
+            "ibex_context_directive_invalidations_total", {"scope": "org"}) == 1, "the invalidation counted")
+    finally:
+        await app.close()
+        await proxy.close()
+        await probe.aclose()
+    events = [(record.getMessage(), record.levelname) for record in caplog.records
+              if record.getMessage().startswith("directive_subscription_")]
+    assert events == [("directive_subscription_up", "INFO"), ("directive_subscription_down", "WARNING"),
+                      ("directive_subscription_up", "INFO"), ("directive_subscription_down", "INFO")]  # last: closed
 
 
 # ------------------------------------------------------------------ caller authentication

@@ -11,6 +11,11 @@ and other commands (the connection handshake included), pass straight through.
 answers them late: exactly the stale reply a careless pool would hand to the next caller. On a
 connection the client has closed (discarded), what was kept back is dropped.
 
+``hold_commands(name, ...)`` holds every later command of that name the same way (``PING``: a
+connection that looks alive but never answers). ``refuse_connections(True)`` makes the proxy
+close every new client connection at once (counted in ``refused``), so a client that lost its
+connection cannot get a new one until ``refuse_connections(False)``.
+
 Every client connection gets its own upstream connection (Redis' ``total_connections_received``
 still counts the client's connections one for one). Runs on the test's event loop::
 
@@ -91,18 +96,21 @@ class Link:
 
 
 class HoldingRedisProxy:
-    """See the module docstring. Counters: ``accepted``, ``open_links``, ``held_gets``."""
+    """See the module docstring. Counters: ``accepted``, ``refused``, ``open_links``, ``held_gets``."""
 
     def __init__(self, upstream_port: int) -> None:
         self._upstream_port = upstream_port
         self._server: asyncio.AbstractServer | None = None
         self._hold: set[bytes] = set()
+        self._hold_names: set[bytes] = set()
+        self._refusing = False
         self._links: list[Link] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
         self.port = 0
         self.accepted = 0
         self.held_gets = 0  # GETs held since the start (released ones included)
+        self.refused = 0  # client connections closed at once while refusing
 
     @classmethod
     async def start(cls, upstream_port: int) -> HoldingRedisProxy:
@@ -127,9 +135,18 @@ class HoldingRedisProxy:
         """From now on, hold every GET of one of ``keys`` (and what follows it on its connection)."""
         self._hold.update(key.encode() for key in keys)
 
+    def hold_commands(self, *names: str) -> None:
+        """From now on, hold every command named one of ``names`` (and what follows it on its connection)."""
+        self._hold_names.update(name.upper().encode() for name in names)
+
+    def refuse_connections(self, refusing: bool) -> None:
+        """While ``refusing``, close every new client connection as soon as it is accepted."""
+        self._refusing = refusing
+
     def release(self) -> None:
         """Stop holding: forward what was kept back on connections still open, drop the rest."""
         self._hold.clear()
+        self._hold_names.clear()
         for link in self._links:
             kept, link.kept_back = link.kept_back, []
             if kept and not link.client_closed:
@@ -176,6 +193,11 @@ class HoldingRedisProxy:
         if serving is not None:
             self._tasks.add(serving)
             serving.add_done_callback(self._tasks.discard)
+        if self._refusing:
+            self.refused += 1
+            client_writer.close()
+            self._notify()
+            return
         self.accepted += 1
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self._upstream_port)
@@ -197,6 +219,9 @@ class HoldingRedisProxy:
                     if held:
                         link.held_keys.append(arguments[1].decode())
                         self.held_gets += 1
+                    elif arguments and arguments[0].upper() in self._hold_names:
+                        held = True
+                        link.held_keys.append(arguments[0].decode())
                     if held or link.holding:
                         link.kept_back.append(raw)
                     else:

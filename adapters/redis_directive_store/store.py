@@ -88,7 +88,20 @@ def directive_key(org_id: str, agent_id: str) -> str:
     Raises:
         DirectiveStoreError: ``org_id`` or ``agent_id`` is not a UUID (the message names which).
     """
-    return f"{_canonical_uuid('org_id', org_id)}:directive:{_canonical_uuid('agent_id', agent_id)}"
+    return org_and_key(org_id, agent_id)[1]
+
+
+def org_and_key(org_id: str, agent_id: str) -> tuple[str, str]:
+    """``(org, key)``: the canonical org id and ``directive_key(org_id, agent_id)``, the whole key.
+
+    The directive cache's key function (``adapters.directive_cache``, wired by the composition
+    root): its entries are found by the whole key and dropped by the org.
+
+    Raises:
+        DirectiveStoreError: ``org_id`` or ``agent_id`` is not a UUID (the message names which).
+    """
+    org = _canonical_uuid("org_id", org_id)
+    return org, f"{org}:directive:{_canonical_uuid('agent_id', agent_id)}"
 
 
 @attrs.frozen
@@ -169,6 +182,73 @@ class _BlockingSentinelPool(SentinelConnectionPool, redis_asyncio.BlockingConnec
     within its timeout, when all ``max_connections`` are in use, instead of failing."""
 
 
+def open_client(
+    url: str,
+    *,
+    socket_timeout_s: float,
+    connect_timeout_s: float,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    health_check_interval_s: float = DEFAULT_HEALTH_CHECK_INTERVAL_S,
+) -> tuple[redis_asyncio.Redis, Sentinel | None]:
+    """A client for any of the URLs above on a bounded blocking pool with no retries, and the
+    Sentinel manager it uses (None for a plain URL; the owner closes it after the client).
+
+    The store's pool and the invalidation feed's connection (``invalidations``) both come from
+    here, so they reach the same server the same way: after a Sentinel failover each reconnects
+    to the new master.
+
+    Raises:
+        ValueError: a non-positive timeout or pool size, or a string that is not a Redis URL.
+    """
+    _require_positive("socket_timeout_s", socket_timeout_s)
+    _require_positive("connect_timeout_s", connect_timeout_s)
+    interval = health_check_interval_s
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or not 0 <= interval < math.inf:
+        raise ValueError(
+            f"health_check_interval_s must be >= 0 seconds (0 disables), got {health_check_interval_s!r}"
+        )
+    if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:
+        raise ValueError(f"max_connections must be an integer >= 1, got {max_connections!r}")
+    if is_sentinel_url(url):
+        return _sentinel_client(parse_sentinel_url(url), socket_timeout_s, connect_timeout_s, max_connections, interval)
+    try:
+        pool = redis_asyncio.BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=socket_timeout_s,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=connect_timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=interval,
+            **({} if url.startswith("unix:") else {"socket_keepalive": True}),
+        )
+    except ValueError as e:
+        raise ValueError(
+            f"redis url is not a Redis URL (redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://): {e}"
+        ) from e
+    return redis_asyncio.Redis.from_pool(pool), None
+
+
+def _sentinel_client(target: SentinelUrl, socket_timeout_s: float, connect_timeout_s: float,
+                     max_connections: int, health_check_interval_s: float) -> tuple[redis_asyncio.Redis, Sentinel]:
+    backstop = {"socket_timeout": socket_timeout_s, "socket_connect_timeout": connect_timeout_s,
+                "socket_keepalive": True, "retry": Retry(NoBackoff(), 0)}
+    tls = {"ssl": True, **target.tls_options} if target.tls else {}
+    sentinel = Sentinel(
+        list(target.sentinels),
+        sentinel_kwargs={**backstop, **tls, "username": target.sentinel_username,
+                         "password": target.sentinel_password},
+    )
+    pool = _BlockingSentinelPool(
+        target.service_name, sentinel,
+        connection_class=SentinelManagedSSLConnection if target.tls else SentinelManagedConnection,
+        max_connections=max_connections, timeout=socket_timeout_s,
+        db=target.db, username=target.username, password=target.password,
+        health_check_interval=health_check_interval_s, **backstop, **target.tls_options,
+    )
+    return redis_asyncio.Redis.from_pool(pool), sentinel
+
+
 class RedisDirectiveStore(DirectiveStore):
     """Reads directives with one GET per call; owns (and closes) the client it is given."""
 
@@ -197,59 +277,15 @@ class RedisDirectiveStore(DirectiveStore):
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         health_check_interval_s: float = DEFAULT_HEALTH_CHECK_INTERVAL_S,
     ) -> RedisDirectiveStore:
-        """Build the store on a bounded blocking pool with no retries.
+        """Build the store on a bounded blocking pool with no retries (``open_client``).
 
         Raises:
             ValueError: a non-positive timeout or pool size, or a string that is not a Redis URL.
         """
-        _require_positive("socket_timeout_s", socket_timeout_s)
-        _require_positive("connect_timeout_s", connect_timeout_s)
-        interval = health_check_interval_s
-        if isinstance(interval, bool) or not isinstance(interval, int | float) or not 0 <= interval < math.inf:
-            raise ValueError(
-                f"health_check_interval_s must be >= 0 seconds (0 disables), got {health_check_interval_s!r}"
-            )
-        if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:
-            raise ValueError(f"max_connections must be an integer >= 1, got {max_connections!r}")
-        if is_sentinel_url(url):
-            return cls._from_sentinel_url(parse_sentinel_url(url), socket_timeout_s, connect_timeout_s,
-                                          max_connections, interval)
-        try:
-            pool = redis_asyncio.BlockingConnectionPool.from_url(
-                url,
-                max_connections=max_connections,
-                timeout=socket_timeout_s,
-                socket_timeout=socket_timeout_s,
-                socket_connect_timeout=connect_timeout_s,
-                retry=Retry(NoBackoff(), 0),
-                health_check_interval=interval,
-                **({} if url.startswith("unix:") else {"socket_keepalive": True}),
-            )
-        except ValueError as e:
-            raise ValueError(
-                f"redis url is not a Redis URL (redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://): {e}"
-            ) from e
-        return cls(redis_asyncio.Redis.from_pool(pool))
-
-    @classmethod
-    def _from_sentinel_url(cls, target: SentinelUrl, socket_timeout_s: float, connect_timeout_s: float,
-                           max_connections: int, health_check_interval_s: float) -> RedisDirectiveStore:
-        backstop = {"socket_timeout": socket_timeout_s, "socket_connect_timeout": connect_timeout_s,
-                    "socket_keepalive": True, "retry": Retry(NoBackoff(), 0)}
-        tls = {"ssl": True, **target.tls_options} if target.tls else {}
-        sentinel = Sentinel(
-            list(target.sentinels),
-            sentinel_kwargs={**backstop, **tls, "username": target.sentinel_username,
-                             "password": target.sentinel_password},
-        )
-        pool = _BlockingSentinelPool(
-            target.service_name, sentinel,
-            connection_class=SentinelManagedSSLConnection if target.tls else SentinelManagedConnection,
-            max_connections=max_connections, timeout=socket_timeout_s,
-            db=target.db, username=target.username, password=target.password,
-            health_check_interval=health_check_interval_s, **backstop, **target.tls_options,
-        )
-        return cls(redis_asyncio.Redis.from_pool(pool), sentinel=sentinel)
+        client, sentinel = open_client(url, socket_timeout_s=socket_timeout_s, connect_timeout_s=connect_timeout_s,
+                                       max_connections=max_connections,
+                                       health_check_interval_s=health_check_interval_s)
+        return cls(client, sentinel=sentinel)
 
     async def get(self, org_id: str, agent_id: str, *, timeout_s: float) -> Directive | None:
         """One GET bounded by ``timeout_s``; None on a miss, else the parsed envelope.
@@ -383,7 +419,7 @@ def _injection_mode(raw_mode: str) -> str:
 def _version_id(key: str, raw_version_id: str) -> str | None:
     if raw_version_id == "":
         return None
-    canonical = _parse_uuid(raw_version_id)
+    canonical = canonical_uuid(raw_version_id)
     if canonical is None:
         raise DirectiveStoreError(f"directive value at {key!r}: version_id is not a UUID: {raw_version_id[:64]!r}")
     return canonical
@@ -392,13 +428,15 @@ def _version_id(key: str, raw_version_id: str) -> str | None:
 def _canonical_uuid(name: str, value: str) -> str:
     if not isinstance(value, str):
         raise DirectiveStoreError(f"{name} must be a UUID string, got {type(value).__name__}")
-    canonical = _parse_uuid(value)
+    canonical = canonical_uuid(value)
     if canonical is None:
         raise DirectiveStoreError(f"{name} is not a UUID: {value[:64]!r}")
     return canonical
 
 
-def _parse_uuid(text: str) -> str | None:
+def canonical_uuid(text: str) -> str | None:
+    """``text`` in canonical lowercase hyphenated form when it is a UUID (canonical in any case, or
+    32 bare hex digits), else None."""
     if _CANONICAL_UUID_TEXT.fullmatch(text):
         return text  # already what str(uuid.UUID(text)) would give
     return str(uuid.UUID(text)) if _UUID_TEXT.fullmatch(text) else None
