@@ -26,6 +26,14 @@ their directive without a round trip. The domain does not know: the decorator is
   happened while it was in flight: no invalidation of its org (the org's generation, tracked
   while the org has reads in flight), no whole-cache drop, subscription loss or
   re-subscription (the epoch). Both are captured before the read and checked before the insert.
+* **Refresh ahead** (``refresh_timeout_s`` given): a hit on an entry older than half the TTL
+  starts one read of that key in the background (at most one per key at a time), bounded by
+  ``refresh_timeout_s`` rather than by the caller's budget, which has already been served. Its
+  answer replaces the entry under the same rules as any read (counted from when it was sent, not
+  kept across an invalidation of its org or a whole-cache event); a failed refresh leaves the
+  entry to expire. So an agent called at least twice a TTL never waits for Redis after its first
+  call, and a busy event loop cannot cost it its directive (a 5 ms GET that a loop blocked by
+  other assemblies misses). Nothing is served past its TTL.
 * **No coalescing**: concurrent misses for one key each go to the store. Sharing one read would
   tie callers' deadlines and cancellations together (a caller whose 5 ms ran out would fail the
   others, or their reads would outlive it) for little gain: a key misses once per TTL, and only
@@ -60,6 +68,7 @@ KeyOf = Callable[[str, str], tuple[str, str]]  # (org_id, agent_id) -> (canonica
 
 class CacheResult(enum.StrEnum):
     HIT = "hit"  # a kept answer, younger than the TTL
+    REFRESH = "refresh"  # a hit that also started a background read of its key (refresh ahead)
     MISS = "miss"  # asked the store (the answer may be kept)
     BYPASS = "bypass"  # the subscription is down: asked the store, nothing kept
 
@@ -94,18 +103,23 @@ class CachedDirectiveStore(DirectiveStore):
         key_of: KeyOf,
         ttl_s: float,
         max_entries: int = DEFAULT_MAX_ENTRIES,
+        refresh_timeout_s: float | None = None,
         on_lookup: Callable[[CacheResult], None] = _ignore,
     ) -> None:
         if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not math.isfinite(ttl_s) or ttl_s <= 0:
             raise ValueError(f"ttl_s must be a positive finite number of seconds, got {ttl_s!r}")
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ValueError(f"max_entries must be an integer >= 1, got {max_entries!r}")
+        if refresh_timeout_s is not None and not (math.isfinite(refresh_timeout_s) and refresh_timeout_s > 0):
+            raise ValueError(f"refresh_timeout_s must be a positive finite number of seconds, got {refresh_timeout_s!r}")
         self._inner = inner
         self._clock = clock
         self._key_of = key_of
         self._ttl_s = float(ttl_s)
         self._max_entries = max_entries
         self._on_lookup = on_lookup
+        self._refresh_timeout_s = refresh_timeout_s
+        self._refreshes: dict[str, asyncio.Task[None]] = {}  # key -> its background read in flight
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
         self._keys_by_org: dict[str, set[str]] = {}
         self._reads: dict[str, _Reads] = {}  # only orgs with reads in flight
@@ -148,9 +162,15 @@ class CachedDirectiveStore(DirectiveStore):
         now = self._clock.monotonic()
         entry = self._entries.get(key)
         if entry is not None:
-            if now - entry.read_at < self._ttl_s:
+            age = now - entry.read_at
+            if age < self._ttl_s:
                 self._entries.move_to_end(key)
-                self._on_lookup(CacheResult.HIT)
+                refresh_timeout_s = self._refresh_timeout_s
+                if refresh_timeout_s is not None and age >= self._ttl_s / 2 and key not in self._refreshes:
+                    self._refresh(org, key, org_id, agent_id, now, refresh_timeout_s)
+                    self._on_lookup(CacheResult.REFRESH)
+                else:
+                    self._on_lookup(CacheResult.HIT)
                 return entry.directive
             self._forget(key, entry)
         self._on_lookup(CacheResult.MISS)
@@ -177,6 +197,10 @@ class CachedDirectiveStore(DirectiveStore):
         self._closed = True
         self._set_live(False)
         self._drop_all()
+        refreshes = list(self._refreshes.values())
+        for task in refreshes:
+            task.cancel()
+        await asyncio.gather(*refreshes, return_exceptions=True)
         await self._inner.close()
 
     # ------------------------------------------------------------------ internals
@@ -196,6 +220,17 @@ class CachedDirectiveStore(DirectiveStore):
         if self._live and self._epoch == epoch and reads.generation == generation:
             self._keep(key, _Entry(org, directive, read_at))
         return directive
+
+    def _refresh(self, org: str, key: str, org_id: str, agent_id: str, read_at: float, timeout_s: float) -> None:
+        async def refresh() -> None:
+            try:
+                await self._read(org, key, org_id, agent_id, timeout_s, read_at)
+            except DirectiveStoreError:
+                pass  # the entry stays until its TTL; the next hit past half of it tries again
+
+        task = asyncio.get_running_loop().create_task(refresh(), name="directive-refresh")
+        self._refreshes[key] = task
+        task.add_done_callback(lambda _: self._refreshes.pop(key, None))
 
     def _keep(self, key: str, entry: _Entry) -> None:
         current = self._entries.get(key)

@@ -44,7 +44,7 @@ from adapters.embedded.memory_store import EmbeddedMemoryStore
 from adapters.json_model_catalog import JsonModelCatalog
 from adapters.memory_http import HttpMemorySource
 from adapters.otel_tracing import OpenTelemetryStages
-from adapters.redis_directive_store import RedisDirectiveStore, RedisInvalidations, org_and_key
+from adapters.redis_directive_store import RedisDirectiveStore, RedisInvalidations, backstop_timeout_s, org_and_key
 from adapters.redis_directive_store.invalidations import CLOSED
 from adapters.secrets_nonce_source import SecretsNonceSource
 from adapters.system_clock import SystemClock
@@ -112,8 +112,9 @@ async def open_directive_cache(settings: Settings, store: RedisDirectiveStore, c
     if not settings.uses_directive_cache:
         yield store
         return
+    refresh_timeout_s = backstop_timeout_s(settings.directive_timeout_ms / 1000.0)  # the store's own socket bound
     cache = CachedDirectiveStore(store, clock, key_of=org_and_key, ttl_s=settings.directive_cache_ttl_s,
-                                 max_entries=settings.directive_cache_entries,
+                                 max_entries=settings.directive_cache_entries, refresh_timeout_s=refresh_timeout_s,
                                  on_lookup=metrics.directive_cache_lookup)
 
     def on_invalidate(org_id: str | None) -> None:

@@ -79,7 +79,7 @@ class ServiceMetrics:
         self.trace_exports.labels(result).inc(spans)
 
     def directive_cache_lookup(self, result: str) -> None:
-        """One directive lookup: ``hit``, ``miss`` or ``bypass`` (``adapters.directive_cache.CacheResult``)."""
+        """One directive lookup: ``hit``, ``refresh``, ``miss`` or ``bypass`` (``adapters.directive_cache.CacheResult``)."""
         self.directive_cache.labels(result).inc()
 
     def directive_subscription(self, live: bool) -> None:

@@ -101,8 +101,9 @@ class Cached:
 
 
 def open_cached(store_url: str, feed_url: str | None = None, *, ping_interval_s: float = QUIET_PING_S,
-                max_entries: int = 10_000) -> Cached:
-    """The composition root's wiring (``open_directive_cache``), with a fake clock and records."""
+                max_entries: int = 10_000, refresh_timeout_s: float | None = None) -> Cached:
+    """The composition root's wiring (``open_directive_cache``), with a fake clock and records
+    (refresh ahead off unless ``refresh_timeout_s`` is given, so that reads happen when a test says)."""
     clock = FixedClock()
     store = RedisDirectiveStore.from_url(store_url, socket_timeout_s=CALL_TIMEOUT_S, connect_timeout_s=CALL_TIMEOUT_S)
     holder: list[Cached] = []
@@ -121,7 +122,7 @@ def open_cached(store_url: str, feed_url: str | None = None, *, ping_interval_s:
 
     lookups: list[CacheResult] = []
     cache = CachedDirectiveStore(store, clock, key_of=org_and_key, ttl_s=TTL_S, max_entries=max_entries,
-                                 on_lookup=lookups.append)
+                                 refresh_timeout_s=refresh_timeout_s, on_lookup=lookups.append)
     feed = RedisInvalidations.from_url(feed_url or store_url, on_invalidate=on_invalidate, on_state=on_state,
                                        ping_interval_s=ping_interval_s)
     holder.append(Cached(store, cache, feed, clock, lookups=lookups))
@@ -170,6 +171,25 @@ async def test_a_fill_without_a_publish_is_seen_once_the_ttl_has_passed(cached: 
     assert await cached.get() is None
     cached.clock.advance(TTL_S * 0.001)
     assert await cached.get() == "filled"
+
+
+async def test_a_refresh_ahead_reads_redis_in_the_background_and_the_caller_never_waits(redis_url, redis_client) -> None:
+    harness = open_cached(redis_url, refresh_timeout_s=CALL_TIMEOUT_S)
+    try:
+        await harness.live()
+        await redis_client.set(key(ORG, AGENT), envelope("v1"))
+        assert await harness.get() == "v1"
+        await redis_client.set(key(ORG, AGENT), envelope("v2"))  # no publish
+        harness.clock.advance(TTL_S * 0.6)
+        assert await harness.get() == "v1"  # served from the entry; its refresh reads Redis
+        async with asyncio.timeout(CAP_S):
+            while harness.cache._refreshes:  # noqa: SLF001 - wait for the background read it started
+                await asyncio.gather(*harness.cache._refreshes.values())  # noqa: SLF001
+        harness.clock.advance(TTL_S * 0.45)  # past the first read's TTL; the refreshed entry is still young
+        assert await harness.get() == "v2"
+        assert harness.lookups == [CacheResult.MISS, CacheResult.REFRESH, CacheResult.HIT]
+    finally:
+        await harness.close()
 
 
 async def test_a_channel_that_names_no_org_drops_the_whole_cache(cached: Cached, redis_client) -> None:

@@ -398,3 +398,89 @@ def test_construction_checks_its_bounds(inner, clock, ttl_s, max_entries, named:
 ])
 def test_a_channel_names_its_org_canonically_or_none(channel: bytes, org: str | None) -> None:
     assert org_of_channel(channel) == org
+
+
+# ------------------------------------------------------------------ refresh ahead
+@pytest.fixture
+def refreshing(inner: GatedStore, clock: FixedClock, lookups: list[CacheResult]) -> CachedDirectiveStore:
+    cached = CachedDirectiveStore(inner, clock, key_of=org_and_key, ttl_s=TTL_S, max_entries=100,
+                                  refresh_timeout_s=0.05, on_lookup=lookups.append)
+    cached.subscription_changed(True)
+    return cached
+
+
+async def settled(cache: CachedDirectiveStore) -> None:
+    """Until no background refresh is in flight (the cap is a hang guard only)."""
+    async with asyncio.timeout(30):
+        while cache._refreshes:  # noqa: SLF001 - the test waits for the task it started
+            await asyncio.gather(*cache._refreshes.values(), return_exceptions=True)  # noqa: SLF001
+
+
+async def test_a_hit_past_half_the_ttl_is_served_and_refreshed_in_the_background(refreshing, inner, clock, lookups) -> None:
+    await get(refreshing, ORG_A, AGENT_1)
+    inner.values[(ORG_A, AGENT_1)] = directive("A1 v2")
+    clock.advance(TTL_S * 0.4)
+    assert (await get(refreshing, ORG_A, AGENT_1)).content == "A1 v1"  # young: a plain hit
+    clock.advance(TTL_S * 0.2)
+    assert (await get(refreshing, ORG_A, AGENT_1)).content == "A1 v1"  # served at once, refresh started
+    await settled(refreshing)
+    assert lookups == [CacheResult.MISS, CacheResult.HIT, CacheResult.REFRESH] and inner.reads == 2
+    clock.advance(TTL_S * 0.9)  # 1.5 TTL after the first read, 0.9 after the refresh was sent
+    assert (await get(refreshing, ORG_A, AGENT_1)).content == "A1 v2"
+    assert inner.reads == 2  # a hit on the refreshed entry: the caller never waited for the store
+
+
+async def test_one_refresh_per_key_at_a_time(refreshing, inner, clock, lookups) -> None:
+    await get(refreshing, ORG_A, AGENT_1)
+    clock.advance(TTL_S * 0.6)
+    inner.hold = True
+    for _ in range(3):
+        assert (await get(refreshing, ORG_A, AGENT_1)).content == "A1 v1"
+    await in_flight(inner, 1)
+    assert lookups == [CacheResult.MISS, CacheResult.REFRESH, CacheResult.HIT, CacheResult.HIT]
+    inner.release()
+    await settled(refreshing)
+    assert inner.reads == 2
+
+
+async def test_a_failed_refresh_leaves_the_entry_to_expire(refreshing, inner, clock) -> None:
+    await get(refreshing, ORG_A, AGENT_1)
+    clock.advance(TTL_S * 0.6)
+    inner.fail_with = DirectiveStoreTimeoutError("no answer")
+    assert (await get(refreshing, ORG_A, AGENT_1)).content == "A1 v1"
+    await settled(refreshing)
+    assert (await get(refreshing, ORG_A, AGENT_1)).content == "A1 v1"  # still within its TTL: kept
+    clock.advance(TTL_S * 0.4)  # a whole TTL since the read that filled it
+    with pytest.raises(DirectiveStoreTimeoutError):
+        await get(refreshing, ORG_A, AGENT_1)  # expired: the caller asks the store, which fails
+
+
+async def test_a_refresh_in_flight_when_its_org_is_invalidated_is_not_kept(refreshing, inner, clock) -> None:
+    await get(refreshing, ORG_A, AGENT_1)
+    clock.advance(TTL_S * 0.6)
+    inner.hold = True
+    await get(refreshing, ORG_A, AGENT_1)
+    await in_flight(inner, 1)  # the refresh read "A1 v1" before the change below
+    inner.values[(ORG_A, AGENT_1)] = directive("A1 v2")
+    refreshing.invalidate(ORG_A)
+    inner.release()
+    await settled(refreshing)
+    inner.hold = False
+    assert (await get(refreshing, ORG_A, AGENT_1)).content == "A1 v2"
+    assert inner.reads == 3
+
+
+async def test_close_cancels_a_refresh_in_flight(refreshing, inner, clock) -> None:
+    await get(refreshing, ORG_A, AGENT_1)
+    clock.advance(TTL_S * 0.6)
+    inner.hold = True
+    await get(refreshing, ORG_A, AGENT_1)
+    await in_flight(inner, 1)
+    await refreshing.close()
+    assert not refreshing._refreshes and inner.closed  # noqa: SLF001
+
+
+@pytest.mark.parametrize("refresh_timeout_s", [0.0, -0.05, float("inf"), float("nan")])
+def test_the_refresh_timeout_is_checked(inner, clock, refresh_timeout_s: float) -> None:
+    with pytest.raises(ValueError, match="refresh_timeout_s"):
+        CachedDirectiveStore(inner, clock, key_of=org_and_key, ttl_s=TTL_S, refresh_timeout_s=refresh_timeout_s)
