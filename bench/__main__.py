@@ -12,6 +12,7 @@ DESCRIPTIONS = {
     "token_count": "exact token counting of 70 memories: cold vs warm cache vs plain tiktoken",
     "memory_client": "httpx vs aiohttp vs our adapter against a loopback memory server",
     "load": "capacity of one `ibex-context serve` under h2load, with the canned and I/O-only floors in the same run",
+    "faults": "the fault table: Redis killed/hung/slow, memory slow/flapping/401/403/garbage/50 MB/resets, SIGTERM, overload",
     "scaleout": "replicas on 127.0.0.2-.5 behind loopback DNS: SIGTERM, SIGKILL, scale-up with 0 failed calls",
     "floors": "CPU per call of each piece of an assembly vs the libraries alone (gRPC, aiohttp, redis-py)",
     "quality": "context quality on a seeded data set: evidence recall in the block, noise, duplicates, per policy",

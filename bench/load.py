@@ -6,7 +6,8 @@ application/grpc`` and ``te: trailers`` (and ``grpc-timeout`` with ``--deadline-
 a fixed request rate (``--rps`` per connection), costing a few microseconds of CPU per call, so the
 figures describe the service and not the driver. Beside it, each in its own process: a private
 redis-server holding the directive, and the loopback memory stand-in (canned answers; hot after
-2 ms, search after 10 ms; its memories use the query's words so that every candidate is relevant).
+2 ms, search after 10 ms; its memories carry the query's words so that every candidate is relevant, among
+varied words by default, `--corpus narrow` for the worst case of the near-duplicate gate).
 
 Correctness is checked, not assumed: h2load sees only HTTP status 200 (the gRPC status travels in
 trailers), so answers are counted by gRPC code from the service's own ``/metrics``
@@ -25,7 +26,8 @@ ms per call (``/proc/<pid>/stat`` of the serve process), the stand-in's and Redi
 and answers by code. The step-up reports the highest rate with p99 < 40 ms and no errors.
 
     .venv/bin/python -m bench.load [--rates 300 500] [--duration 20] [--budget 2000] [--deadline-ms 45]
-        [--step-from 300 --step 100] [--no-step] [--no-floors] [--connections 4] [--env KEY=VALUE ...]
+        [--step-from 300 --step 100] [--no-step] [--no-floors] [--connections 4] [--corpus varied|narrow]
+        [--env KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import redis
 from contracts.ibex.context.v1 import context_pb2 as pb
 from contracts.ibex.context.v1 import context_pb2_grpc as pb_grpc
 from tests.support.memory_server import MemoryServerProcess
+from tests.support.memory_server.demo_corpus import CORPORA
 from tests.support.redis_server import RedisServer, free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,8 +103,8 @@ class Stack:
     def __init__(self, stack: ExitStack, args: argparse.Namespace) -> None:
         self.redis = RedisServer.launch()
         stack.callback(self.redis.close)
-        self.memory = MemoryServerProcess.launch("--seed-demo", str(args.memories), "--hot-latency-ms", "2",
-                                                 "--cold-latency-ms", "10")
+        self.memory = MemoryServerProcess.launch("--seed-demo", str(args.memories), "--corpus", args.corpus,
+                                                 "--hot-latency-ms", "2", "--cold-latency-ms", "10")
         stack.callback(self.memory.close)
         envelope = {"v": 1, "content": "Answer briefly and cite the memory ids you used.",
                     "injection_mode": "system_first", "version_id": str(uuid.uuid4())}
@@ -262,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-step", action="store_true")
     parser.add_argument("--no-floors", action="store_true")
     parser.add_argument("--memories", type=int, default=200)
+    parser.add_argument("--corpus", choices=CORPORA, default="varied",
+                        help="the stand-in's memory texts (tests/support/memory_server/demo_corpus.py)")
     parser.add_argument("--hot-limit", type=int, default=50)
     parser.add_argument("--cold-limit", type=int, default=20)
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",

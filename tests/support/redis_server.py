@@ -25,17 +25,18 @@ class RedisServer:
     port: int
     workdir: Path
     process: subprocess.Popen | None = None
+    extra_args: tuple[str, ...] = ()  # more redis-server options, e.g. ("--enable-debug-command", "yes")
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     @classmethod
-    def launch(cls) -> RedisServer:
+    def launch(cls, *extra_args: str) -> RedisServer:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install -y redis-server)")
-        server = cls(port=free_port(), workdir=Path(tempfile.mkdtemp(prefix="ibex-redis-")))
+        server = cls(port=free_port(), workdir=Path(tempfile.mkdtemp(prefix="ibex-redis-")), extra_args=extra_args)
         server.start()
         return server
 
@@ -43,7 +44,7 @@ class RedisServer:
         self.process = subprocess.Popen(
             [
                 "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--dir", str(self.workdir),
+                "--save", "", "--appendonly", "no", "--dir", str(self.workdir), *self.extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

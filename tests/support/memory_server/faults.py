@@ -101,6 +101,8 @@ class Faults:
     slow_fraction: float = 0.0
     status: int | None = None
     status_times: int | None = None
+    status_draw: random.Random | None = None  # with a ratio < 1: which requests get the status
+    status_ratio: float = 1.0
     malformed_body: str | None = None
     bad_items: tuple[str, ...] = ()
     foreign_items: int = 0
@@ -108,6 +110,10 @@ class Faults:
     reset: bool = False
     reset_times: int | None = None
     reset_after_apply: bool = False
+    reset_draw: random.Random | None = None
+    reset_ratio: float = 1.0
+    huge_body_bytes: int = 0
+    huge_body_declared: bool = True
 
 
 @attrs.frozen
@@ -125,6 +131,7 @@ class FaultSwitches:
 
     def __init__(self, seed: int) -> None:
         self._faults_lock = threading.Lock()
+        self._seed = seed
         self._random = random.Random(seed)
         self._faults = {name: Faults() for name in ENDPOINTS}
 
@@ -162,9 +169,16 @@ class FaultSwitches:
         """Delay answers by ``ms`` + uniform(0, jitter_ms); a ``slow_fraction`` of them by ``slow_ms``."""
         self._set(endpoint, latency_ms=ms, jitter_ms=jitter_ms, slow_ms=slow_ms, slow_fraction=slow_fraction)
 
-    def force_status(self, endpoint: str, status: int, *, times: int | None = None) -> None:
-        """Answer ``status`` (before authentication) for the next ``times`` requests, or all."""
-        self._set(endpoint, status=status, status_times=times)
+    def force_status(self, endpoint: str, status: int, *, times: int | None = None, ratio: float = 1.0) -> None:
+        """Answer ``status`` (before authentication) for the next ``times`` requests, or all.
+
+        With ``ratio`` < 1 (flapping) each request gets it with that probability, drawn from a
+        generator seeded by the server's seed and the endpoint (reset at every call of this
+        method): the same sequence of requests to one endpoint gets the same answers, whatever the
+        other endpoints see. ``times`` then counts the forced answers.
+        """
+        self._set(endpoint, status=status, status_times=times, status_ratio=_ratio(ratio),
+                  status_draw=self._draw(endpoint, "status", ratio))
 
     def malform_body(self, endpoint: str, kind: str) -> None:
         if kind not in MALFORMED_BODIES:
@@ -188,9 +202,25 @@ class FaultSwitches:
             raise ValueError(f"unknown invalid text kind {kind!r}")
         self._set(endpoint, invalid_text=kind)
 
-    def reset_connections(self, endpoint: str, *, times: int | None = None, after_apply: bool = False) -> None:
-        """Close the TCP connection (RST) instead of answering; feedback may be applied first."""
-        self._set(endpoint, reset=True, reset_times=times, reset_after_apply=after_apply)
+    def reset_connections(self, endpoint: str, *, times: int | None = None, after_apply: bool = False,
+                          ratio: float = 1.0) -> None:
+        """Close the TCP connection (RST) instead of answering; feedback may be applied first.
+
+        ``ratio`` < 1: each request is reset with that probability (drawn as in ``force_status``).
+        """
+        self._set(endpoint, reset=True, reset_times=times, reset_after_apply=after_apply,
+                  reset_ratio=_ratio(ratio), reset_draw=self._draw(endpoint, "reset", ratio))
+
+    def huge_body(self, endpoint: str, size_bytes: int, *, declared: bool = True) -> None:
+        """Answer 200 with a valid JSON body of exactly ``size_bytes`` (``{"data": {"results": [],
+        "padding": "xxx..."}}``), streamed in 256 KiB chunks from one preallocated block, with its
+        ``Content-Length`` (``declared``) or chunked; writing stops when the client goes away, so
+        the stand-in only pays for what the client reads. ``0`` turns it off."""
+        if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 0:
+            raise ValueError(f"size_bytes must be an integer >= 0, got {size_bytes!r}")
+        if 0 < size_bytes < len(_HUGE_PREFIX) + len(_HUGE_SUFFIX):
+            raise ValueError(f"size_bytes must be 0 or at least {len(_HUGE_PREFIX) + len(_HUGE_SUFFIX)}")
+        self._set(endpoint, huge_body_bytes=size_bytes, huge_body_declared=bool(declared))
 
     def clear_faults(self) -> None:
         """Back to normal answers; requests still held are let go."""
@@ -208,9 +238,12 @@ class FaultSwitches:
             if f.slow_fraction and self._random.random() < f.slow_fraction:
                 latency = f.slow_ms
             status_now = reset_now = False
-            if f.status or f.reset:  # counted switches: consume one use
-                status_now, status_left = _take(f.status_times) if f.status else (False, None)
-                reset_now, reset_left = _take(f.reset_times) if f.reset else (False, None)
+            if f.status or f.reset:  # counted switches: consume one use (drawn ones only when drawn)
+                status_left, reset_left = f.status_times, f.reset_times
+                if f.status and _drawn(f.status_draw, f.status_ratio):
+                    status_now, status_left = _take(f.status_times)
+                if f.reset and _drawn(f.reset_draw, f.reset_ratio):
+                    reset_now, reset_left = _take(f.reset_times)
                 self._faults[endpoint] = attrs.evolve(
                     f, status=f.status if status_left != 0 else None, status_times=status_left,
                     reset=f.reset and reset_left != 0, reset_times=reset_left,
@@ -222,10 +255,25 @@ class FaultSwitches:
         with self._faults_lock:
             self._faults[endpoint] = attrs.evolve(self._faults[endpoint], **changes)
 
+    def _draw(self, endpoint: str, switch: str, ratio: float) -> random.Random | None:
+        """A generator of its own for a ratio switch (None: every request), seeded deterministically."""
+        return None if _ratio(ratio) >= 1.0 else random.Random(f"{self._seed}/{endpoint}/{switch}")
+
 
 def _check_endpoint(endpoint: str) -> None:
     if endpoint not in ENDPOINTS:
         raise ValueError(f"unknown endpoint {endpoint!r}; expected one of {ENDPOINTS}")
+
+
+def _ratio(ratio: float) -> float:
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0.0 < ratio <= 1.0:
+        raise ValueError(f"ratio must be a number in (0, 1], got {ratio!r}")
+    return float(ratio)
+
+
+def _drawn(draw: random.Random | None, ratio: float) -> bool:
+    """Whether a ratio switch applies to this request (call with the switches' lock held)."""
+    return draw is None or draw.random() < ratio
 
 
 def _take(count: int | None) -> tuple[bool, int | None]:
@@ -244,6 +292,34 @@ def reset_connection(request: web.Request) -> web.Response:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         transport.abort()
     return web.Response(status=500)
+
+
+_HUGE_PREFIX = b'{"data": {"results": [], "padding": "'
+_HUGE_SUFFIX = b'"}}'
+_HUGE_CHUNK = b"x" * (256 * 1024)
+
+
+async def huge_answer(request: web.Request, size_bytes: int, declared: bool) -> web.StreamResponse:
+    """A 200 answer of exactly ``size_bytes`` of valid JSON, streamed until done or the client leaves."""
+    answer = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+    if declared:
+        answer.content_length = size_bytes
+    else:
+        answer.enable_chunked_encoding()
+    padding = size_bytes - len(_HUGE_PREFIX) - len(_HUGE_SUFFIX)
+    try:
+        await answer.prepare(request)
+        await answer.write(_HUGE_PREFIX)
+        chunk = memoryview(_HUGE_CHUNK)
+        while padding > 0:
+            step = min(padding, len(chunk))
+            await answer.write(chunk[:step])  # waits while the client's socket is full
+            padding -= step
+        await answer.write(_HUGE_SUFFIX)
+        await answer.write_eof()
+    except (ConnectionError, RuntimeError):  # the client went away: stop writing, nothing to answer
+        pass
+    return answer
 
 
 def corrupt(answer: web.Response, faults: Faults, endpoint: str) -> web.Response:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from aiohttp import web
 
 from tests.support.memory_server import records
-from tests.support.memory_server.faults import FaultSwitches, corrupt, reset_connection
+from tests.support.memory_server.faults import FaultSwitches, corrupt, huge_answer, reset_connection
 from tests.support.memory_server.records import ANY_ORG, LoggedRequest, RawRequest, StoredMemory
 
 Producer = Callable[[web.Request, str, bytes], web.Response]
@@ -24,8 +24,8 @@ class MemoryServer(FaultSwitches):
     """The fake memory service. State sits behind one lock; HTTP runs in a thread of its own.
 
     Fault switches (hold/release, set_latency, force_status, malform_body, inject_*,
-    reset_connections, clear_faults) come from FaultSwitches; ``requests()`` is the request log and
-    ``connections_accepted`` counts TCP connections. Agent ids are global (as in the real
+    reset_connections, huge_body, clear_faults) come from FaultSwitches; ``requests()`` is the
+    request log and ``connections_accepted`` counts TCP connections. Agent ids are global (as in the real
     service): each has one owner org.
 
     Hot path (load benchmarks): a good hot/search answer is rendered once per (org, endpoint, query
@@ -129,6 +129,8 @@ class MemoryServer(FaultSwitches):
             org = self._authenticate(request)
             if isinstance(org, web.Response):
                 return org
+            if plan.faults.huge_body_bytes:
+                return await huge_answer(request, plan.faults.huge_body_bytes, plan.faults.huge_body_declared)
             answer = produce(request, org, body)
             return reset_connection(request) if plan.reset else corrupt(answer, plan.faults, name)
         return handle
