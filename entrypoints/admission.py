@@ -1,12 +1,21 @@
 """Admission control: an assembly starts only when it can finish inside its caller's deadline.
 
 The process runs at most ``max_in_flight`` assemblies at once, over both edges (they share the
-CPU). A call that finds every slot taken waits for one at most ``max_wait_s``, and never so long
-that less than ``min_deadline_s`` of its deadline would be left; a call that arrives with less
-than ``min_deadline_s`` left never starts. Either way it is refused at once (``Shed``, with the
-reason and a message saying why): the gRPC edge answers RESOURCE_EXHAUSTED, the HTTP edge 503
-with ``Retry-After``, and ``on_shed(surface, reason)`` counts it. A late answer is worth nothing
-to the proxy, which fails open; a refusal lets it go on without waiting. Health is untouched.
+CPU). Two deadline rules, because what an assembly needs depends on how busy the process is:
+
+* a call that arrives with less than ``min_deadline_s`` left never starts (even an idle process
+  cannot answer it in time);
+* a call that finds every slot taken needs at least ``busy_deadline_s`` left, what an assembly
+  takes on a loaded process, to wait for one: with less it is refused at once, without waiting.
+  Otherwise it waits at most ``max_wait_s``, and never so long that less than ``busy_deadline_s``
+  would be left. Under overload the calls that reach the service late (after queueing in the
+  transport and the event loop) are thus refused instead of being assembled into an answer the
+  caller no longer waits for; an idle process still serves a caller with a short deadline.
+
+A refused call gets ``Shed`` (the reason, and a message saying why): the gRPC edge answers
+RESOURCE_EXHAUSTED, the HTTP edge 503 with ``Retry-After``, and ``on_shed(surface, reason)``
+counts it. A late answer is worth nothing to the proxy, which fails open; a refusal lets it go
+on without waiting. Health is untouched.
 """
 
 from __future__ import annotations
@@ -34,14 +43,15 @@ ShedCallback = Callable[[str, ShedReason], None]
 
 
 class Admission:
-    def __init__(self, *, max_in_flight: int, max_wait_s: float, min_deadline_s: float,
+    def __init__(self, *, max_in_flight: int, max_wait_s: float, min_deadline_s: float, busy_deadline_s: float,
                  on_shed: ShedCallback | None = None) -> None:
-        if max_in_flight < 1 or max_wait_s < 0 or min_deadline_s < 0:
-            raise ValueError("max_in_flight must be >= 1 and the waits >= 0, got "
-                             f"{max_in_flight}, {max_wait_s}, {min_deadline_s}")
+        if max_in_flight < 1 or max_wait_s < 0 or min_deadline_s < 0 or busy_deadline_s < min_deadline_s:
+            raise ValueError("max_in_flight must be >= 1, the waits >= 0 and busy_deadline_s >= min_deadline_s, got "
+                             f"{max_in_flight}, {max_wait_s}, {min_deadline_s}, {busy_deadline_s}")
         self._max_in_flight = max_in_flight
         self._max_wait_s = max_wait_s
         self._min_deadline_s = min_deadline_s
+        self._busy_deadline_s = busy_deadline_s
         self._on_shed = on_shed
         self._slots = asyncio.Semaphore(max_in_flight)
 
@@ -62,7 +72,11 @@ class Admission:
                 f"{max(deadline_s, 0.0) * 1000.0:.1f} ms of the deadline left; an assembly is not started "
                 f"with less than {minimum_ms:g} ms"))
         if self._slots.locked():
-            wait_s = self._max_wait_s if deadline_s is None else min(self._max_wait_s, deadline_s - self._min_deadline_s)
+            if deadline_s is not None and deadline_s < self._busy_deadline_s:
+                raise self._shed(surface, ShedReason.DEADLINE, (
+                    f"all {self._max_in_flight} assembly slots are taken and {deadline_s * 1000.0:.1f} ms of the "
+                    f"deadline is left; a busy process needs {self._busy_deadline_s * 1000.0:g} ms to start one"))
+            wait_s = self._max_wait_s if deadline_s is None else min(self._max_wait_s, deadline_s - self._busy_deadline_s)
             try:
                 async with asyncio.timeout(max(wait_s, 0.0)):
                     await self._slots.acquire()

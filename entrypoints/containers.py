@@ -144,7 +144,8 @@ async def open_directive_cache(settings: Settings, store: RedisDirectiveStore, c
 
 async def open_http_memory(settings: Settings) -> AsyncIterator[HttpMemorySource]:
     source = _named("IBEX_CONTEXT_MEMORY_BASE_URL",
-                    lambda: HttpMemorySource(settings.memory_base_url, settings.memory_api_token))
+                    lambda: HttpMemorySource(settings.memory_base_url, settings.memory_api_token,
+                                             max_body_bytes=settings.memory_max_body_bytes))
     try:
         yield source
     finally:
@@ -424,7 +425,9 @@ def build_grpc_server(servicer: ContextAssemblyServicer, settings: Settings, cre
 def build_admission(settings: Settings, metrics: ServiceMetrics) -> Admission:
     """The process's admission control (``entrypoints.admission``), counting refusals in the metrics."""
     return Admission(max_in_flight=settings.max_in_flight, max_wait_s=settings.admission_wait_ms / 1000.0,
-                     min_deadline_s=settings.min_start_deadline_ms / 1000.0, on_shed=metrics.call_shed)
+                     min_deadline_s=settings.min_start_deadline_ms / 1000.0,
+                     busy_deadline_s=max(settings.busy_start_deadline_ms, settings.min_start_deadline_ms) / 1000.0,
+                     on_shed=metrics.call_shed)
 
 
 class Edges(containers.DeclarativeContainer):

@@ -454,21 +454,29 @@ class Settings:
              "source as `min_confidence`)")
     # admission: what an assembly may wait for, and what it needs to start
     max_in_flight: int = setting(
-        16, "IBEX_CONTEXT_MAX_IN_FLIGHT", kind=Integer(1, 10_000),
+        6, "IBEX_CONTEXT_MAX_IN_FLIGHT", kind=Integer(1, 10_000),
         help="assemblies run at once (both edges); a call finding all taken waits `ADMISSION_WAIT`, then "
              "is refused (gRPC RESOURCE_EXHAUSTED, HTTP 503 + `Retry-After`)")
     admission_wait_ms: float = _ms_or_off(
-        5.0, "IBEX_CONTEXT_ADMISSION_WAIT",
-        help="the longest a call waits for an assembly slot (never past its deadline less `MIN_START_DEADLINE`)")
+        15.0, "IBEX_CONTEXT_ADMISSION_WAIT",
+        help="the longest a call waits for an assembly slot (never past its deadline less `BUSY_START_DEADLINE`)")
     min_start_deadline_ms: float = _ms_or_off(
         10.0, "IBEX_CONTEXT_MIN_START_DEADLINE",
         help="a gRPC call with less of its deadline left is refused at once (RESOURCE_EXHAUSTED) instead of "
              "started: it could not be answered in time")
+    busy_start_deadline_ms: float = _ms_or_off(
+        30.0, "IBEX_CONTEXT_BUSY_START_DEADLINE",
+        help="while every slot is taken, a gRPC call with less of its deadline left is refused at once instead of "
+             "waiting for one: what an assembly takes on a loaded process (at least `MIN_START_DEADLINE`)")
     # backends
     memory_base_url: str = _text("", "IBEX_CONTEXT_MEMORY_BASE_URL", what="`http://` or `https://` URL",
                                  help="memory service; **empty selects the embedded backend**")
     memory_api_token: str = _text("", "IBEX_CONTEXT_MEMORY_API_TOKEN", what="token", secret=True,
                                   help="Bearer token, required when the URL is set (never printed)")
+    memory_max_body_bytes: int = setting(
+        1 << 20, "IBEX_CONTEXT_MEMORY_MAX_BODY_BYTES", kind=Integer(4096, 64 << 20),
+        help="memory service: a larger answer fails its branch (not read further, its connection closed); "
+             "50 hot memories are about 30 KB, so 1 MiB leaves room for long ones")
     redis_url: str = _text(
         "", "IBEX_CONTEXT_REDIS_URL", what="Redis URL", masks_credentials=True,
         help="directive store; **empty selects the embedded backend**. `redis://`, `rediss://` (TLS: "

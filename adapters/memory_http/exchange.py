@@ -169,13 +169,18 @@ class PooledExchange:
         chunks: list[bytes] = []
         size = 0
         read = response.content.readany
-        while chunk := await read():
-            size += len(chunk)
-            if size > self._max_body_bytes:
-                raise MemorySourceUnavailableError(
-                    f"memory service answer too large: over {self._max_body_bytes} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        try:
+            while chunk := await read():
+                size += len(chunk)
+                if size > self._max_body_bytes:
+                    raise MemorySourceUnavailableError(
+                        f"memory service answer too large: over {self._max_body_bytes} bytes")
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            # The error's traceback keeps this frame alive (in a reference cycle, until a full
+            # collection): without this, each refused answer would keep up to max_body_bytes.
+            chunks.clear()
 
 
 async def _take_slot(slots: asyncio.Semaphore, deadline: float, timeout_s: float) -> None:

@@ -65,7 +65,7 @@ class HttpMemorySource(MemorySource, FeedbackSink):
     """
 
     def __init__(self, base_url: str, api_token: str, *, pool_size: int = 64,
-                 drain_grace_s: float = 1.0, max_body_bytes: int = 4 * 1024 * 1024,
+                 drain_grace_s: float = 1.0, max_body_bytes: int = 1024 * 1024,
                  keepalive_s: float = 30.0) -> None:
         self._base = _checked_base_url(base_url)
         token = (api_token or "").strip()

@@ -26,6 +26,7 @@ from tests.e2e.tenant import AGENT_ID, ORG_ID, assemble_request
 pytestmark = pytest.mark.e2e
 WAIT_S = 30.0  # only ever reached on a bug
 MIN_START_S = 20.0  # above the deadline the deadline test sends, below none the others send
+BUSY_START_S = 60.0  # above the deadline the busy test sends (seconds: no timing can make a test pass)
 BODY = {"orgId": ORG_ID, "agentId": AGENT_ID, "model": "gpt-4o", "query": "q"}
 
 
@@ -48,7 +49,7 @@ class Service:
     def __init__(self) -> None:
         self.metrics = ServiceMetrics()
         self.assemble = HeldAssemble()
-        self.admission = Admission(max_in_flight=1, max_wait_s=0.0, min_deadline_s=MIN_START_S,
+        self.admission = Admission(max_in_flight=1, max_wait_s=0.0, min_deadline_s=MIN_START_S, busy_deadline_s=BUSY_START_S,
                                    on_shed=self.metrics.call_shed)
 
     def shed(self, surface: str, reason: str) -> float:
@@ -94,6 +95,19 @@ async def test_grpc_a_call_with_too_little_deadline_left_never_starts(grpc_servi
     assert error.details().startswith("not started (deadline): ")
     assert "an assembly is not started with less than 20000 ms" in error.details()
     assert (service.assemble.calls, service.shed("grpc", "deadline")) == (0, 1.0)
+
+
+async def test_grpc_a_busy_process_refuses_at_once_a_call_with_less_than_the_busy_deadline(grpc_service) -> None:  # type: ignore[no-untyped-def]
+    service, stub = grpc_service
+    held = asyncio.ensure_future(stub.AssembleContext(assemble_request()))
+    await asyncio.wait_for(service.assemble.started.wait(), WAIT_S)
+    error = await refused(stub.AssembleContext(assemble_request(), timeout=30.0))  # MIN_START_S < 30 s < BUSY_START_S
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error.details().startswith("not started (deadline): all 1 assembly slots are taken and ")
+    assert error.details().endswith("a busy process needs 60000 ms to start one")
+    assert (service.assemble.calls, service.shed("grpc", "deadline")) == (1, 1.0)
+    service.assemble.release.set()
+    await refused(held)
 
 
 async def test_http_past_the_in_flight_bound_is_503_with_retry_after() -> None:

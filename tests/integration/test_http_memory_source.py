@@ -287,6 +287,22 @@ async def test_an_answer_over_the_size_cap_is_unavailable(server, tenant):
     await source.close()
 
 
+async def test_a_chunked_answer_over_the_cap_is_refused_and_keeps_nothing_it_read(server, tenant):
+    """No Content-Length: the body is read up to the cap, then refused; the error's traceback (kept
+    in a reference cycle until a full collection) must not keep what was read."""
+    server.huge_body("hot", 4 * 1024 * 1024, declared=False)
+    source = HttpMemorySource(server.base_url, tenant.token, max_body_bytes=256 * 1024)
+    with pytest.raises(MemorySourceUnavailableError, match="too large: over 262144 bytes") as refused:
+        await source.hot(hot(tenant), timeout_s=5)
+    await source.close()
+    held = []
+    tb = refused.value.__traceback__
+    while tb is not None:
+        held += [len(v) for v in tb.tb_frame.f_locals.values() if isinstance(v, list) and v and isinstance(v[0], bytes)]
+        tb = tb.tb_next
+    assert held == []
+
+
 async def test_a_cookie_set_by_the_upstream_is_never_sent_back(tenant):
     """One session serves every tenant: a cookie set on one answer must not ride on the next call."""
     seen: list[str | None] = []

@@ -27,7 +27,7 @@ async def hold(admission: Admission, entered: asyncio.Event, release: asyncio.Ev
 
 async def test_a_call_with_too_little_deadline_left_never_starts() -> None:
     recorder = Recorder()
-    admission = Admission(max_in_flight=4, max_wait_s=0.0, min_deadline_s=0.010, on_shed=recorder)
+    admission = Admission(max_in_flight=4, max_wait_s=0.0, min_deadline_s=0.010, busy_deadline_s=0.030, on_shed=recorder)
     started = False
     with pytest.raises(Shed) as refused:
         async with admission.slot("grpc", 0.004):
@@ -39,7 +39,7 @@ async def test_a_call_with_too_little_deadline_left_never_starts() -> None:
 
 async def test_past_the_in_flight_bound_a_call_is_refused_at_once_without_a_wait() -> None:
     recorder = Recorder()
-    admission = Admission(max_in_flight=1, max_wait_s=0.0, min_deadline_s=0.0, on_shed=recorder)
+    admission = Admission(max_in_flight=1, max_wait_s=0.0, min_deadline_s=0.0, busy_deadline_s=0.0, on_shed=recorder)
     entered, release = asyncio.Event(), asyncio.Event()
     holder = asyncio.create_task(hold(admission, entered, release))
     await entered.wait()
@@ -56,7 +56,7 @@ async def test_past_the_in_flight_bound_a_call_is_refused_at_once_without_a_wait
 
 
 async def test_a_waiting_call_starts_when_a_slot_frees() -> None:
-    admission = Admission(max_in_flight=1, max_wait_s=LONG_S, min_deadline_s=0.0)
+    admission = Admission(max_in_flight=1, max_wait_s=LONG_S, min_deadline_s=0.0, busy_deadline_s=0.0)
     entered, release = asyncio.Event(), asyncio.Event()
     holder = asyncio.create_task(hold(admission, entered, release))
     await entered.wait()
@@ -76,8 +76,8 @@ async def test_a_waiting_call_starts_when_a_slot_frees() -> None:
 
 
 async def test_the_wait_never_eats_into_the_time_an_assembly_needs() -> None:
-    """Deadline 10 ms, minimum 10 ms: no time to wait at all, whatever the configured wait."""
-    admission = Admission(max_in_flight=1, max_wait_s=LONG_S, min_deadline_s=0.010)
+    """Deadline 10 ms, busy minimum 10 ms: no time to wait at all, whatever the configured wait."""
+    admission = Admission(max_in_flight=1, max_wait_s=LONG_S, min_deadline_s=0.005, busy_deadline_s=0.010)
     entered, release = asyncio.Event(), asyncio.Event()
     holder = asyncio.create_task(hold(admission, entered, release))
     await entered.wait()
@@ -89,6 +89,35 @@ async def test_the_wait_never_eats_into_the_time_an_assembly_needs() -> None:
     await holder
 
 
+async def test_a_busy_process_refuses_at_once_a_call_with_less_than_the_busy_deadline_left() -> None:
+    recorder = Recorder()
+    admission = Admission(max_in_flight=1, max_wait_s=LONG_S, min_deadline_s=0.010, busy_deadline_s=0.030,
+                          on_shed=recorder)
+    entered, release = asyncio.Event(), asyncio.Event()
+    holder = asyncio.create_task(hold(admission, entered, release))
+    await entered.wait()
+    with pytest.raises(Shed) as refused:  # refused without waiting: the configured wait is 30 s
+        async with admission.slot("grpc", 0.025):
+            raise AssertionError("must not start")
+    assert refused.value.reason == ShedReason.DEADLINE
+    assert str(refused.value) == ("all 1 assembly slots are taken and 25.0 ms of the deadline is left; "
+                                  "a busy process needs 30 ms to start one")
+    assert recorder.shed == [("grpc", ShedReason.DEADLINE)]
+    release.set()
+    await holder
+
+
+async def test_an_idle_process_starts_a_call_with_a_short_deadline() -> None:
+    """Between the two minimums a call starts when a slot is free: only waiting needs the busy one."""
+    admission = Admission(max_in_flight=1, max_wait_s=0.0, min_deadline_s=0.010, busy_deadline_s=0.030)
+    started = False
+    async with admission.slot("grpc", 0.025):
+        started = True
+    assert started
+
+
 def test_bounds_are_checked() -> None:
     with pytest.raises(ValueError, match="max_in_flight must be >= 1"):
-        Admission(max_in_flight=0, max_wait_s=0.0, min_deadline_s=0.0)
+        Admission(max_in_flight=0, max_wait_s=0.0, min_deadline_s=0.0, busy_deadline_s=0.0)
+    with pytest.raises(ValueError, match="busy_deadline_s >= min_deadline_s"):
+        Admission(max_in_flight=1, max_wait_s=0.0, min_deadline_s=0.020, busy_deadline_s=0.010)
