@@ -441,9 +441,10 @@ class Settings:
     cold_timeout_ms: float = _ms(45.0, "IBEX_CONTEXT_COLD_TIMEOUT_MS",
                                  help="memory search branch, and each `SearchMemories` call")
     deadline_headroom_ms: float = _ms(
-        5.0, "IBEX_CONTEXT_DEADLINE_HEADROOM_MS",
+        10.0, "IBEX_CONTEXT_DEADLINE_HEADROOM_MS",
         help="kept back from a caller's gRPC deadline for packing and the answer: retrieval (and a "
-             "`SearchMemories` call) ends this long before the deadline")
+             "`SearchMemories` call) ends this long before the deadline (10 ms: what scoring, packing and "
+             "the answer take on a loaded 2-core process, docs/RELIABILITY.md)")
     hot_limit: int = setting(20, "IBEX_CONTEXT_HOT_LIMIT", kind=Integer(1, MAX_HOT_LIMIT),
                              help="hot memories asked for")
     cold_limit: int = setting(30, "IBEX_CONTEXT_COLD_LIMIT", kind=Integer(1, MAX_COLD_LIMIT),

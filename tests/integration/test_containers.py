@@ -90,7 +90,7 @@ def test_use_case_configuration_comes_from_the_settings() -> None:
     config = container.usecases.assemble.kwargs["config"]()
     assert config == settings.assembly_config()
     assert (config.wall_s, config.directive_timeout_s, config.hot_timeout_s, config.cold_timeout_s) == (0.030, 0.005, 0.015, 1.0)
-    assert (config.nonce_bytes, config.hot_limit, config.cold_limit, config.deadline_headroom_s) == (8, 40, 25, 0.005)
+    assert (config.nonce_bytes, config.hot_limit, config.cold_limit, config.deadline_headroom_s) == (8, 40, 25, 0.010)
     assert (config.score_policy, config.relevance) == ("interim_v1", RelevancePolicy(floor=0.4, sharpness=2.0, hot_slots=3, core_slots=1))
     assert container.usecases.search.kwargs["config"]() == settings.search_config()
 

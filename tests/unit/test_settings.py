@@ -151,8 +151,8 @@ def test_hot_and_cold_limits_default_to_20_and_30_and_parse() -> None:
     assert (settings.hot_limit, settings.cold_limit) == (40, 100)
 
 
-def test_deadline_headroom_defaults_to_5ms_and_parses_durations() -> None:
-    assert Settings.from_env({}).deadline_headroom_ms == 5.0
+def test_deadline_headroom_defaults_to_10ms_and_parses_durations() -> None:
+    assert Settings.from_env({}).deadline_headroom_ms == 10.0
     assert Settings.from_env({"IBEX_CONTEXT_DEADLINE_HEADROOM_MS": "20ms"}).deadline_headroom_ms == 20.0
 
 
@@ -294,7 +294,7 @@ def test_config_prints_every_declared_setting_once_and_masks_the_secrets(
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(" = ", 1)[0] for line in lines[:-1]] == [field.name for field, _ in declared()]
     assert "hot_limit = 7" in lines and "memory_api_token = ***" in lines
-    assert "deadline_headroom_ms = 5.0" in lines and "cold_limit = 30" in lines
+    assert "deadline_headroom_ms = 10.0" in lines and "cold_limit = 30" in lines
     assert not any("s3cret" in line for line in lines)
     assert lines[-1].startswith("tracing = off")
 
