@@ -5,8 +5,9 @@ provider reads the one ``Settings`` value (its declarations are in ``entrypoints
 use cases' configuration values come from ``Settings.assembly_config()`` / ``search_config()``,
 restated nowhere here).
 
-Backends are chosen by the settings: the directive store is Redis when ``redis_url`` is set (behind
-the in-process directive cache and its invalidation subscription unless its TTL is 0:
+Backends are chosen by the settings: the directive store is Redis when ``redis_url`` is set (its
+circuit breaker on the process clock, counted and logged: ``open_redis_directives``; behind the
+in-process directive cache and its invalidation subscription unless its TTL is 0:
 ``open_directive_cache``), the embedded SQLite file otherwise; the memory source (and feedback sink) is the memory service over
 HTTP when ``memory_base_url`` is set, the embedded file otherwise. Clients are async ``Resource``
 providers: they open when first asked for and close in ``shutdown_resources()`` (``Application.close()``);
@@ -45,6 +46,7 @@ from adapters.json_model_catalog import JsonModelCatalog
 from adapters.memory_http import HttpMemorySource
 from adapters.otel_tracing import OpenTelemetryStages
 from adapters.redis_directive_store import RedisDirectiveStore, RedisInvalidations, backstop_timeout_s, org_and_key
+from adapters.redis_directive_store.circuit import CLOSED as CIRCUIT_CLOSED, OPEN as CIRCUIT_OPEN
 from adapters.redis_directive_store.invalidations import CLOSED
 from adapters.secrets_nonce_source import SecretsNonceSource
 from adapters.system_clock import SystemClock
@@ -90,9 +92,26 @@ async def open_embedded_database(settings: Settings) -> AsyncIterator[EmbeddedDa
         await database.close()
 
 
-async def open_redis_directives(settings: Settings) -> AsyncIterator[RedisDirectiveStore]:
-    store = _named("IBEX_CONTEXT_REDIS_URL", lambda: RedisDirectiveStore.for_branch_timeout(
-        settings.redis_url, branch_timeout_s=settings.directive_timeout_ms / 1000.0))
+async def open_redis_directives(settings: Settings, clock: Clock,
+                                metrics: ServiceMetrics) -> AsyncIterator[RedisDirectiveStore]:
+    """The Redis store, its circuit breaker on the process clock: its state is a gauge and a
+    counter of transitions; it is logged once when it opens (a warning, with the failure) and
+    once when it closes again, not at each failed probe in between."""
+    last = [CIRCUIT_CLOSED]
+
+    def on_circuit(state: str) -> None:
+        metrics.directive_circuit(state)
+        previous, last[0] = last[0], state
+        if state == CIRCUIT_OPEN and previous == CIRCUIT_CLOSED:
+            _log.warning("directive_circuit_open", extra={
+                "detail": store.circuit.last_failure, "cooldown_ms": round(store.circuit.cooldown_s * 1000),
+                "effect": "directive reads fail fast; one probe asks Redis after each cool-down"})
+        elif state == CIRCUIT_CLOSED:
+            _log.info("directive_circuit_closed", extra={"detail": "Redis answered again: directive reads resume"})
+
+    store: RedisDirectiveStore = _named("IBEX_CONTEXT_REDIS_URL", lambda: RedisDirectiveStore.for_branch_timeout(
+        settings.redis_url, branch_timeout_s=settings.directive_timeout_ms / 1000.0,
+        monotonic=clock.monotonic, on_circuit=on_circuit))
     try:
         yield store
     finally:
@@ -225,7 +244,7 @@ class Adapters(containers.DeclarativeContainer):
     embedded_database = providers.Resource(open_embedded_database, settings)
     embedded_directives = providers.Singleton(EmbeddedDirectiveStore, embedded_database, clock)
     embedded_memories = providers.Singleton(EmbeddedMemoryStore, embedded_database, clock)
-    redis_directives = providers.Resource(open_redis_directives, settings)
+    redis_directives = providers.Resource(open_redis_directives, settings, clock, metrics)
     directive_store = providers.Selector(
         settings.provided.directive_backend,
         redis=providers.Resource(open_directive_cache, settings, redis_directives, clock, metrics),

@@ -14,6 +14,19 @@ timeout) belong to a different world than a 5 ms directive branch. Here:
 * TCP keepalive (TCP URLs), and a PING health check only on connections idle for ``health_check_interval_s``
   (30 s by default), so a silently dead idle socket is found before a GET is written to it.
 
+Fail fast while Redis is failing (``circuit``: the rules and why its values). Without it a hung
+Redis costs every uncached read its whole budget and a connection (opened, interrupted, closed),
+CPU that other calls' deadlines need. Every GET and PING is admitted by the store's circuit breaker
+first: after a call that ended without Redis answering (a timeout, a connection or transport
+error, or a cancellation while it waited for Redis: the retrieval branch's own bound expires
+first) calls are refused at once for a cool-down (250 ms, doubled after each failed probe up to
+500 ms), with a ``DirectiveStoreError`` naming the state and the last failure (never a key: the
+message reaches other tenants' callers), touching neither the pool nor the network; then one call
+at a time probes, and its answer closes the circuit. A miss, a malformed value or an error reply
+is an answer: it never opens the circuit. ``on_circuit(state)`` is told each transition, and the
+clock is ``monotonic`` (injectable). The calls it lets through keep every other rule here: their
+own ``timeout_s``, no retries, cancellation safety.
+
 Cancellation safety (SPEC 2.14). A GET cancelled by its deadline after it was written leaves its
 reply on the wire. If that connection went back to the pool in that state, the next caller would
 read the earlier caller's directive: another tenant's data. ``_exchange`` therefore disconnects any
@@ -30,7 +43,8 @@ credentials in the URL authenticate to the master, ``sentinel_username`` / ``sen
 options to the sentinels; TLS options as for ``rediss://``. Every connection (re)opened asks the
 sentinels, in order, for the current master, so after a failover the next call connects to the
 new master; the old master's connections are closed by Sentinel itself (``CLIENT KILL``) when it
-is demoted, and ``_exchange`` drops any connection that failed mid-call. The pool is the same
+is demoted, and ``_exchange`` drops any connection that failed mid-call (such a failure opens the
+circuit: the first read on the new master is a probe, a cool-down later). The pool is the same
 bounded blocking pool with no retries; sentinel queries use the same socket backstop.
 """
 
@@ -40,9 +54,10 @@ import asyncio
 import json
 import math
 import re
+import time
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
@@ -52,9 +67,11 @@ from redis.asyncio.sentinel import (
     Sentinel, SentinelConnectionPool, SentinelManagedConnection, SentinelManagedSSLConnection,
 )
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from adapters.redis_directive_store.circuit import DEFAULT_COOLDOWN_S, DEFAULT_MAX_COOLDOWN_S, INTERRUPTED, Circuit
 from domain.model.directive import DEFAULT_INJECTION_MODE, INJECTION_MODES, Directive
 from ports.directive_store import DirectiveStore
 from ports.errors import DirectiveStoreError, DirectiveStoreTimeoutError
@@ -74,6 +91,7 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # "urn:uuid:", stray hyphens, underscores and non-ASCII digits.
 _CANONICAL_UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.ASCII)
 _UUID_TEXT = re.compile(r"[0-9a-f]{8}(-?)[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{12}", re.IGNORECASE | re.ASCII)
+_T = TypeVar("_T")
 
 
 def backstop_timeout_s(branch_timeout_s: float) -> float:
@@ -250,21 +268,45 @@ def _sentinel_client(target: SentinelUrl, socket_timeout_s: float, connect_timeo
 
 
 class RedisDirectiveStore(DirectiveStore):
-    """Reads directives with one GET per call; owns (and closes) the client it is given."""
+    """Reads directives with one GET per call; owns (and closes) the client it is given.
 
-    def __init__(self, client: redis_asyncio.Redis, *, sentinel: Sentinel | None = None) -> None:
+    ``cooldown_s``, ``max_cooldown_s``, ``monotonic`` and ``on_circuit`` configure its circuit
+    breaker (``adapters.redis_directive_store.circuit``; ``on_circuit`` is its ``on_change``).
+    """
+
+    def __init__(
+        self,
+        client: redis_asyncio.Redis,
+        *,
+        sentinel: Sentinel | None = None,
+        cooldown_s: float = DEFAULT_COOLDOWN_S,
+        max_cooldown_s: float = DEFAULT_MAX_COOLDOWN_S,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_circuit: Callable[[str], None] | None = None,
+    ) -> None:
+        self._circuit = Circuit(cooldown_s=cooldown_s, max_cooldown_s=max_cooldown_s, monotonic=monotonic,
+                                on_change=on_circuit)
         self._client = client
         self._sentinel = sentinel  # closed with the store: its clients talk to the sentinels
         self._closed = False
 
     @classmethod
     def for_branch_timeout(
-        cls, url: str, *, branch_timeout_s: float, max_connections: int = DEFAULT_MAX_CONNECTIONS
+        cls,
+        url: str,
+        *,
+        branch_timeout_s: float,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        cooldown_s: float = DEFAULT_COOLDOWN_S,
+        max_cooldown_s: float = DEFAULT_MAX_COOLDOWN_S,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_circuit: Callable[[str], None] | None = None,
     ) -> RedisDirectiveStore:
         """A store whose socket timeouts are sized for the directive branch budget."""
         backstop = backstop_timeout_s(branch_timeout_s)
         return cls.from_url(
-            url, socket_timeout_s=backstop, connect_timeout_s=backstop, max_connections=max_connections
+            url, socket_timeout_s=backstop, connect_timeout_s=backstop, max_connections=max_connections,
+            cooldown_s=cooldown_s, max_cooldown_s=max_cooldown_s, monotonic=monotonic, on_circuit=on_circuit,
         )
 
     @classmethod
@@ -276,23 +318,35 @@ class RedisDirectiveStore(DirectiveStore):
         connect_timeout_s: float,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         health_check_interval_s: float = DEFAULT_HEALTH_CHECK_INTERVAL_S,
+        cooldown_s: float = DEFAULT_COOLDOWN_S,
+        max_cooldown_s: float = DEFAULT_MAX_COOLDOWN_S,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_circuit: Callable[[str], None] | None = None,
     ) -> RedisDirectiveStore:
         """Build the store on a bounded blocking pool with no retries (``open_client``).
 
         Raises:
-            ValueError: a non-positive timeout or pool size, or a string that is not a Redis URL.
+            ValueError: a non-positive timeout, pool size or cool-down, or a string that is not a Redis URL.
         """
+        Circuit(cooldown_s=cooldown_s, max_cooldown_s=max_cooldown_s)  # the cool-downs checked before a client exists
         client, sentinel = open_client(url, socket_timeout_s=socket_timeout_s, connect_timeout_s=connect_timeout_s,
                                        max_connections=max_connections,
                                        health_check_interval_s=health_check_interval_s)
-        return cls(client, sentinel=sentinel)
+        return cls(client, sentinel=sentinel, cooldown_s=cooldown_s, max_cooldown_s=max_cooldown_s,
+                   monotonic=monotonic, on_circuit=on_circuit)
+
+    @property
+    def circuit(self) -> Circuit:
+        """The store's circuit breaker (read its ``state``, ``last_failure``, ``cooldown_s``)."""
+        return self._circuit
 
     async def get(self, org_id: str, agent_id: str, *, timeout_s: float) -> Directive | None:
         """One GET bounded by ``timeout_s``; None on a miss, else the parsed envelope.
 
         Raises:
             DirectiveStoreTimeoutError: no answer within ``timeout_s`` (or the socket backstop).
-            DirectiveStoreError: closed store, bad ids, unreachable Redis, or a malformed value.
+            DirectiveStoreError: closed store, bad ids, unreachable Redis, a malformed value, or
+                the circuit open (Redis not asked: see ``circuit``).
         """
         key = directive_key(org_id, agent_id)
         if self._closed:
@@ -304,17 +358,12 @@ class RedisDirectiveStore(DirectiveStore):
         """Open a pooled connection and PING it (start-up warm-up: no key is read).
 
         Raises:
-            DirectiveStoreError: closed store, unreachable Redis, or no answer within ``timeout_s``.
+            DirectiveStoreError: closed store, unreachable Redis, no answer within ``timeout_s``,
+                or the circuit open.
         """
         if self._closed:
             raise DirectiveStoreError("directive store is closed")
-        try:
-            async with asyncio.timeout(timeout_s):
-                await self._client.ping()
-        except TimeoutError as e:
-            raise DirectiveStoreTimeoutError(f"PING timeout after {timeout_s * 1000:.3g} ms") from e
-        except (RedisError, OSError) as e:
-            raise DirectiveStoreError(f"PING failed: {e}") from e
+        await self._guarded("PING", timeout_s, self._client.ping)
 
     async def close(self) -> None:
         """Close the client and its pool; later calls raise DirectiveStoreError. Idempotent."""
@@ -333,17 +382,38 @@ class RedisDirectiveStore(DirectiveStore):
             raise DirectiveStoreError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
         if timeout_s <= 0:
             raise DirectiveStoreTimeoutError(f"directive GET {key!r} not attempted: no time left ({timeout_s} s)")
+        return await self._guarded(f"directive GET {key!r}", timeout_s, lambda: self._exchange(key))
+
+    async def _guarded(self, what: str, timeout_s: float, operation: Callable[[], Awaitable[_T]]) -> _T:
+        """``operation`` admitted by the circuit and bounded by ``timeout_s``; library errors become
+        port errors, and the circuit is told how the call ended (``failure``: never the key)."""
+        budget_ms = f"{timeout_s * 1000:.3g} ms"
+        failure: str | None = INTERRUPTED  # unless Redis answers or the call fails another way
+        ticket = self._circuit.admit()  # nothing between admitting and the try: the ticket is always settled
         try:
             async with asyncio.timeout(timeout_s):
-                return await self._exchange(key)
+                result = await operation()
+            failure = None
+            return result
         except TimeoutError as e:  # before OSError: the builtin TimeoutError is an OSError
-            raise DirectiveStoreTimeoutError(f"directive GET {key!r} timeout after {timeout_s * 1000:.3g} ms") from e
+            failure = f"no answer within {budget_ms}"
+            raise DirectiveStoreTimeoutError(f"{what} timeout after {budget_ms}") from e
         except RedisTimeoutError as e:
-            raise DirectiveStoreTimeoutError(f"directive GET {key!r} hit the socket timeout: {e}") from e
+            failure = f"socket timeout: {e}"
+            raise DirectiveStoreTimeoutError(f"{what} hit the socket timeout: {e}") from e
+        except ResponseError as e:  # an error reply read in full (WRONGTYPE...): Redis answered
+            failure = None
+            raise DirectiveStoreError(f"{what} failed: {e}") from e
         except (RedisError, OSError) as e:
-            raise DirectiveStoreError(f"directive GET {key!r} failed: {e}") from e
+            # Connection errors' texts name the server and the errno; others' (a protocol error's)
+            # may quote bytes off the wire, so only their type is kept to show later callers.
+            failure = f"{type(e).__name__}: {e}" if isinstance(e, RedisConnectionError | OSError) else type(e).__name__
+            raise DirectiveStoreError(f"{what} failed: {e}") from e
         except Exception as e:  # nothing but port errors may cross the port, whatever the library does
-            raise DirectiveStoreError(f"directive GET {key!r} failed unexpectedly: {type(e).__name__}: {e}") from e
+            failure = f"unexpected {type(e).__name__}"
+            raise DirectiveStoreError(f"{what} failed unexpectedly: {type(e).__name__}: {e}") from e
+        finally:  # whatever ended the call (a cancellation included): never a probe's slot left taken
+            self._circuit.settle(ticket, failure)
 
     async def _exchange(self, key: str) -> bytes | None:
         """GET on a pooled connection; an interrupted exchange never returns its connection in use."""

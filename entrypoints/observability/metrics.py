@@ -42,6 +42,8 @@ class ServiceMetrics:
         self.trace_exports = Counter("ibex_context_trace_exports", "Spans handed to the OTLP exporter, by export result", ("result",), registry=r)
         self.directive_cache = Counter("ibex_context_directive_cache", "Directive lookups by in-process cache result (bypass: the invalidation subscription is down)", ("result",), registry=r)
         self.directive_subscription_up = Gauge("ibex_context_directive_subscription_up", "1 while the directive invalidation subscription (PSUBSCRIBE directive_updates:*) is confirmed", registry=r)
+        self.directive_circuit_open = Gauge("ibex_context_directive_circuit_open", "1 while directive reads from Redis fail fast (circuit open, or half-open: one probe asks Redis), 0 while it is closed", registry=r)
+        self.directive_circuit_transitions = Counter("ibex_context_directive_circuit_transitions", "Directive store circuit transitions, by the state entered (open, half_open, closed)", ("state",), registry=r)
         self.directive_invalidations = Counter("ibex_context_directive_invalidations", "Directive invalidation messages by scope (org: one org dropped; all: a channel naming no org dropped the cache)", ("scope",), registry=r)
 
     def observe_assembly(self, result: AssemblyResult) -> None:
@@ -84,6 +86,12 @@ class ServiceMetrics:
 
     def directive_subscription(self, live: bool) -> None:
         self.directive_subscription_up.set(1 if live else 0)
+
+    def directive_circuit(self, state: str) -> None:
+        """The directive store's circuit entered ``state``: ``closed``, ``open`` or ``half_open``
+        (``adapters.redis_directive_store.circuit``)."""
+        self.directive_circuit_open.set(0 if state == "closed" else 1)
+        self.directive_circuit_transitions.labels(state).inc()
 
     def directive_invalidation(self, org_id: str | None) -> None:
         """One invalidation message: for one org, or (None) for a channel naming none."""

@@ -19,7 +19,7 @@ from adapters.embedded.directive_store import EmbeddedDirectiveStore
 from adapters.embedded.memory_store import EmbeddedMemoryStore
 from adapters.json_model_catalog import JsonModelCatalog
 from adapters.memory_http import HttpMemorySource
-from adapters.redis_directive_store import RedisDirectiveStore
+from adapters.redis_directive_store import DEFAULT_COOLDOWN_S, DEFAULT_MAX_COOLDOWN_S, RedisDirectiveStore
 from domain.model.assembly import AssembleRequest
 from domain.model.errors import UnknownModelError
 from domain.model.messages import Message
@@ -28,6 +28,8 @@ from entrypoints.auth.grpc_auth import GrpcAuthenticator
 from entrypoints.auth.http_auth import HttpAuthenticator
 from entrypoints.containers import EMBEDDED_WORKERS, StartupError, build_container, open_application
 from entrypoints.settings import Settings
+from tests.fakes.clock import FixedClock
+from tests.support.go_envelope import go_envelope
 from tests.support.memory_server import MemoryServer
 from tests.support.principal_proofs import ed_entry, write_key_file
 from tests.support.redis_proxy import HoldingRedisProxy
@@ -261,6 +263,64 @@ async def test_the_subscription_is_counted_and_its_transitions_logged_once_each(
 
 
 # ------------------------------------------------------------------ caller authentication
+def circuit_sample(app, name: str, state: str | None = None) -> float | None:  # type: ignore[no-untyped-def]
+    labels = {} if state is None else {"state": state}
+    return app.metrics.registry.get_sample_value(f"ibex_context_directive_circuit_{name}", labels)
+
+
+async def test_the_directive_circuit_is_counted_and_its_opening_and_closing_logged_once_each(
+    private_redis: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Through the composition root, the clock overridden: a directive GET held at the proxy runs
+    out the branch budget (the store sees the branch's cancellation), the circuit opens, the next
+    call's directive fails fast without reaching Redis, a failed probe re-opens it (no second
+    warning), and a probe answered closes it and serves the directive again."""
+    probe = redis_asyncio.from_url(private_redis.url)
+    await probe.set(f"{ORG}:directive:{AGENT}", go_envelope("Be brief.", "system_first"))
+    proxy = await HoldingRedisProxy.start(private_redis.port)
+    clock = FixedClock()
+    caplog.set_level(logging.INFO, logger="ibex_context")
+    settings = redis_settings(proxy.url, tmp_path, IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS="200ms",
+                              IBEX_CONTEXT_TIMEOUT="5s", IBEX_CONTEXT_DEADLINE_MS="5s")
+    container = build_container(settings)
+    container.adapters.clock.override(providers.Object(clock))
+    app = await open_application(settings, container)
+
+    async def directive_branch() -> tuple[str, str]:
+        result = await app.assemble.execute(request())
+        branch = next(b for b in result.branches if b.name == "directive")
+        return branch.outcome, branch.detail
+
+    try:
+        assert circuit_sample(app, "open") == 0
+        proxy.hold_gets(f"{ORG}:directive:{AGENT}")
+        assert (await directive_branch())[0] == "timeout"
+        assert circuit_sample(app, "open") == 1 and circuit_sample(app, "transitions_total", "open") == 1
+        commands = proxy.commands
+        outcome, detail = await directive_branch()
+        assert outcome == "error" and detail.startswith("directive store circuit open: ") and ORG not in detail
+        assert proxy.commands == commands  # failed fast: Redis not asked
+        clock.advance(DEFAULT_COOLDOWN_S)
+        assert (await directive_branch())[0] == "timeout"  # the probe, held too
+        assert circuit_sample(app, "transitions_total", "half_open") == 1
+        assert circuit_sample(app, "transitions_total", "open") == 2 and circuit_sample(app, "open") == 1
+        proxy.release()
+        clock.advance(DEFAULT_MAX_COOLDOWN_S)
+        result = await app.assemble.execute(request())
+        assert {b.name: b.outcome for b in result.branches}["directive"] == "success"
+        assert result.assembled_context.startswith("Be brief.")
+        assert circuit_sample(app, "open") == 0 and circuit_sample(app, "transitions_total", "closed") == 1
+    finally:
+        await app.close()
+        await proxy.close()
+        await probe.aclose()
+    events = [(record.getMessage(), record.levelname) for record in caplog.records
+              if record.getMessage().startswith("directive_circuit_")]
+    assert events == [("directive_circuit_open", "WARNING"), ("directive_circuit_closed", "INFO")]
+    opened = next(record for record in caplog.records if record.getMessage() == "directive_circuit_open")
+    assert opened.detail.startswith("interrupted while waiting for Redis") and opened.cooldown_ms == 250
+
+
 def test_without_keys_or_certificates_there_is_no_caller_authentication() -> None:
     auth = build_container(Settings()).auth
     assert (auth.keyring(), auth.grpc_authenticator(), auth.http_authenticator()) == (None, None, None)

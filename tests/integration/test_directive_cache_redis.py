@@ -19,7 +19,7 @@ import pytest
 import redis.asyncio as redis_asyncio
 
 from adapters.directive_cache import CachedDirectiveStore, CacheResult
-from adapters.redis_directive_store import RedisDirectiveStore, RedisInvalidations, org_and_key
+from adapters.redis_directive_store import DEFAULT_COOLDOWN_S, RedisDirectiveStore, RedisInvalidations, org_and_key
 from ports.errors import DirectiveStoreError
 from tests.fakes.clock import FixedClock
 from tests.support.go_envelope import go_envelope
@@ -104,8 +104,9 @@ def open_cached(store_url: str, feed_url: str | None = None, *, ping_interval_s:
                 max_entries: int = 10_000, refresh_timeout_s: float | None = None) -> Cached:
     """The composition root's wiring (``open_directive_cache``), with a fake clock and records
     (refresh ahead off unless ``refresh_timeout_s`` is given, so that reads happen when a test says)."""
-    clock = FixedClock()
-    store = RedisDirectiveStore.from_url(store_url, socket_timeout_s=CALL_TIMEOUT_S, connect_timeout_s=CALL_TIMEOUT_S)
+    clock = FixedClock()  # the cache's TTL and the store's circuit cool-down
+    store = RedisDirectiveStore.from_url(store_url, socket_timeout_s=CALL_TIMEOUT_S, connect_timeout_s=CALL_TIMEOUT_S,
+                                         monotonic=clock.monotonic)
     holder: list[Cached] = []
 
     def on_invalidate(org_id: str | None) -> None:
@@ -299,6 +300,7 @@ async def test_a_restarted_redis_is_resubscribed_and_its_directives_read_anew(
         await admin.connection_pool.disconnect()  # the test's own client: its connection died with Redis
         await cached.live(subscriptions=2)
         await admin.set(key(ORG, AGENT), envelope("after"))
+        cached.clock.advance(DEFAULT_COOLDOWN_S)  # the failed read opened the store's circuit: this one probes
         assert await cached.get() == "after"
         await admin.set(key(ORG, AGENT), envelope("after v2"))
         assert await cached.get() == "after"  # cached again

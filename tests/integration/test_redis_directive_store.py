@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as redis_asyncio
 
-from adapters.redis_directive_store import RedisDirectiveStore, backstop_timeout_s
+from adapters.redis_directive_store import DEFAULT_COOLDOWN_S, DEFAULT_MAX_COOLDOWN_S, RedisDirectiveStore, backstop_timeout_s
 from domain.model.directive import Directive
 from ports.errors import DirectiveStoreError, DirectiveStoreTimeoutError
+from tests.fakes.clock import FixedClock
 from tests.support.go_envelope import go_envelope
 from tests.support.redis_proxy import HoldingRedisProxy
 from tests.support.redis_server import RedisServer
@@ -186,17 +187,25 @@ def test_backstop_is_a_multiple_of_the_branch_budget_with_a_floor() -> None:
 async def test_stopped_redis_fails_fast_and_recovers_on_restart(private_redis: RedisServer) -> None:
     # Budgets and backstops far longer than any refusal takes: a failure that is not a timeout came
     # from the refused connection itself, not from waiting a budget out ("fast", whatever the load).
-    store = RedisDirectiveStore.for_branch_timeout(private_redis.url, branch_timeout_s=5.0)
+    # The circuit's cool-downs pass when the clock is advanced: each advance lets one call through.
+    clock = FixedClock()
+    store = RedisDirectiveStore.for_branch_timeout(private_redis.url, branch_timeout_s=5.0, monotonic=clock.monotonic)
     try:
         assert await store.get(ORG, AGENT, timeout_s=30.0) is None
         private_redis.stop()
-        for _ in range(3):  # the pooled connection first (closed by the server), then refused reconnects
+        # The pooled connection first (closed by the server), then a refused reconnect (the probe
+        # after the cool-down), and calls refused by the open circuit in between: errors, never timeouts.
+        for advance_s in (0.0, 0.0, DEFAULT_COOLDOWN_S, 0.0):
+            clock.advance(advance_s)
             with pytest.raises(DirectiveStoreError) as excinfo:
                 await store.get(ORG, AGENT, timeout_s=30.0)
             assert not isinstance(excinfo.value, DirectiveStoreTimeoutError), excinfo.value
+        assert "circuit open" in str(excinfo.value) and "Error 111 connecting" in str(excinfo.value)  # ECONNREFUSED
         private_redis.start()
         await seed(private_redis.url, {KEY: go_envelope("back", "system_first")})
+        clock.advance(DEFAULT_MAX_COOLDOWN_S)  # the failed probe doubled the cool-down
         assert (await store.get(ORG, AGENT, timeout_s=30.0)).content == "back"
+        assert store.circuit.state == "closed"
     finally:
         await store.close()
 
@@ -273,7 +282,9 @@ async def test_interrupted_get_never_hands_its_reply_to_the_next_tenant(
     (org_a, agent_a), (org_b, agent_b) = tenant(0), tenant(1)
     key_a, key_b = tenant_key(0), tenant_key(1)
     control = redis_asyncio.BlockingConnectionPool.from_url(proxy.url, max_connections=1)
-    store = RedisDirectiveStore.from_url(proxy.url, socket_timeout_s=30.0, connect_timeout_s=30.0, max_connections=1)
+    clock = FixedClock()  # A's timeout opens the store's circuit: B's read, a cool-down later, is its probe
+    store = RedisDirectiveStore.from_url(proxy.url, socket_timeout_s=30.0, connect_timeout_s=30.0, max_connections=1,
+                                         monotonic=clock.monotonic)
     try:
         # The control proves the scenario is real: without the discard, B reads A's directive.
         # A's GET is held, so A times out with its reply owed; B's GET goes out on the same
@@ -294,6 +305,7 @@ async def test_interrupted_get_never_hands_its_reply_to_the_next_tenant(
         [interrupted] = proxy.links_holding()
         await proxy.wait_for(lambda: interrupted.client_closed, "the interrupted connection closed by the store")
         # ...so B, on a new connection, gets B's directive, even with A's reply released meanwhile.
+        clock.advance(DEFAULT_COOLDOWN_S)
         later = asyncio.ensure_future(store.get(org_b, agent_b, timeout_s=30.0))
         proxy.release()
         assert (await later).content == marker(org_b, agent_b)

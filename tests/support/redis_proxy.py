@@ -96,7 +96,7 @@ class Link:
 
 
 class HoldingRedisProxy:
-    """See the module docstring. Counters: ``accepted``, ``refused``, ``open_links``, ``held_gets``."""
+    """See the module docstring. Counters: ``accepted``, ``refused``, ``open_links``, ``held_gets``, ``commands``."""
 
     def __init__(self, upstream_port: int) -> None:
         self._upstream_port = upstream_port
@@ -111,6 +111,7 @@ class HoldingRedisProxy:
         self.accepted = 0
         self.held_gets = 0  # GETs held since the start (released ones included)
         self.refused = 0  # client connections closed at once while refusing
+        self.commands = 0  # whole commands received from clients since the start (held or not)
 
     @classmethod
     async def start(cls, upstream_port: int) -> HoldingRedisProxy:
@@ -215,6 +216,7 @@ class HoldingRedisProxy:
         try:
             while data := await reader.read(65536):
                 for raw, arguments in commands.feed(data):
+                    self.commands += 1
                     held = len(arguments) == 2 and arguments[0].upper() == b"GET" and arguments[1] in self._hold
                     if held:
                         link.held_keys.append(arguments[1].decode())
