@@ -24,7 +24,7 @@ from ports.errors import DirectiveStoreError, DirectiveStoreTimeoutError
 from tests.fakes.clock import FixedClock
 from tests.support.go_envelope import go_envelope
 from tests.support.redis_proxy import HoldingRedisProxy
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, seed
 
 pytestmark = pytest.mark.redis
 
@@ -67,14 +67,6 @@ class Harness:
         assert not isinstance(excinfo.value, DirectiveStoreTimeoutError), excinfo.value  # nothing waited
         assert self.network() == before  # no connection opened, no command sent
         return excinfo.value
-
-
-async def seed(url: str, values: dict[str, bytes]) -> None:
-    admin = redis_asyncio.from_url(url)
-    try:
-        await admin.mset(values)
-    finally:
-        await admin.aclose()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from ports.errors import DirectiveStoreError, DirectiveStoreTimeoutError
 from tests.fakes.clock import FixedClock
 from tests.support.go_envelope import go_envelope
 from tests.support.redis_proxy import HoldingRedisProxy
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, seed
 
 pytestmark = pytest.mark.redis
 
@@ -233,14 +233,6 @@ async def test_unanswered_get_times_out_at_the_call_budget_not_the_socket_backst
     finally:
         proxy.release()
         await store.close()
-
-
-async def seed(url: str, values: dict[str, bytes]) -> None:
-    admin = redis_asyncio.from_url(url)
-    try:
-        await admin.mset(values)
-    finally:
-        await admin.aclose()
 
 
 # --- SPEC 2.14: a timeout never crosses tenants ---------------------------------------------------

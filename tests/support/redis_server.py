@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import attrs
+import redis.asyncio as redis_asyncio
 
 
 def free_port() -> int:
@@ -72,3 +73,12 @@ class RedisServer:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+async def seed(url: str, values: dict[str, bytes]) -> None:
+    """Write ``values`` (key -> bytes) into the Redis at ``url`` in one MSET."""
+    admin = redis_asyncio.from_url(url)
+    try:
+        await admin.mset(values)
+    finally:
+        await admin.aclose()
