@@ -852,11 +852,16 @@ TABLE_HEADER = ("| row | fault | offered / OK req/s | OK % | L0 / L1 / L2 | non-
                 "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|")
 
 
+def _verdict(r: dict[str, Any]) -> str:
+    """PASS, or FAIL with the checks that failed."""
+    failed = [label for label, ok in r["checks"] if not ok]
+    return r["verdict"] + (f" ({'; '.join(failed)})" if failed else "")
+
+
 def table_line(r: dict[str, Any], *, notes: bool = True) -> str:
     s, h, lv = r["sampled"], r["h2load"], r["levels"]
     refused = "-" if not s["refused"] else f"{_ms(s['refused_p50_ms'])} / {_ms(s['refused_max_ms'])} ({s['refused']})"
-    failed = [label for label, ok in r["checks"] if not ok]
-    verdict = r["verdict"] + (f" ({'; '.join(failed)})" if failed else "")
+    verdict = _verdict(r)
     return (f"| {r['row']} | {r['fault']} | {r['offered']:g} / {r['achieved_ok_per_s']:.1f} | {r['ok_pct']:.2f} | "
             f"{lv['L0']} / {lv['L1']} / {lv['L2']} | {_codes(r['non_ok'])} | {_ms(s['p50_ms'])} / {_ms(s['p99_ms'])} "
             f"({s['ok']}) | {_ms(h['p50_ms'])} / {_ms(h['p99_ms'])} | {refused} | {_ms(r.get('cpu_ms_per_call', float('nan')))} "
@@ -873,8 +878,7 @@ OVERLOAD_HEADER = ("| capacity | offered | OK answers/s (share) | codes during t
 
 def overload_line(r: dict[str, Any]) -> str:
     s = r["sampled"]
-    failed = [label for label, ok in r["checks"] if not ok]
-    verdict = r["verdict"] + (f" ({'; '.join(failed)})" if failed else "")
+    verdict = _verdict(r)
     return (f"| {r['capacity']:g} | {r['offered']:g} | {r['ok_per_s']:.1f} ({r['ok_share_of_capacity']:.0%}) | "
             f"{_codes(r['codes_during'])} (shed: {_codes(r['shed_during'])}) | {_ms(s['ok_p50_ms'])} / {_ms(s['ok_p99_ms'])} | "
             f"{_ms(s['refused_p50_ms'])} / {_ms(s['refused_p99_ms'])} / {_ms(s['refused_max_ms'])} ({s['refused']}) | "

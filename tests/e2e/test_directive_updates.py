@@ -8,30 +8,20 @@ service's own metrics (the subscription gauge, the invalidation counter), never 
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 import redis.asyncio as redis_asyncio
 
 from tests.e2e.conftest import Harness, StartService
 from tests.e2e.tenant import AGENT_ID, DIRECTIVE, ORG_ID, assemble_request
+from tests.support.polling import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 KEY = f"{ORG_ID}:directive:{AGENT_ID}"
 CHANNEL = f"directive_updates:{ORG_ID}"
-
-
-async def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    """Poll a real condition; ``timeout_s`` is a hang guard only (it returns as soon as it holds)."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not reached in time"
-        await asyncio.sleep(0.01)
 
 
 def sample(harness: Harness, name: str, labels: dict[str, str] | None = None) -> float:
@@ -52,7 +42,7 @@ async def test_a_published_directive_update_reaches_the_next_answer(
     start_service_under_test: StartService, directive: str, redis_client: redis_asyncio.Redis
 ) -> None:
     harness = await start_service_under_test(IBEX_CONTEXT_DIRECTIVE_CACHE_TTL_MS="3600s")
-    await wait_until(lambda: sample(harness, "ibex_context_directive_subscription_up") == 1, "subscribed")
+    await until(lambda: sample(harness, "ibex_context_directive_subscription_up") == 1, "subscribed")
     assert DIRECTIVE in await context(harness)
     updated = "Answer in one sentence, in French."
     await redis_client.set(KEY, envelope(updated))  # no publish: the cached directive is still answered
@@ -60,13 +50,13 @@ async def test_a_published_directive_update_reaches_the_next_answer(
     assert sample(harness, "ibex_context_directive_cache_total", {"result": "hit"}) == 1
 
     assert await redis_client.publish(CHANNEL, "") == 1  # the proxy's invalidation
-    await wait_until(lambda: sample(harness, "ibex_context_directive_invalidations_total", {"scope": "org"}) == 1,
-                     "the invalidation received")
+    await until(lambda: sample(harness, "ibex_context_directive_invalidations_total", {"scope": "org"}) == 1,
+                "the invalidation received")
     answer = await context(harness)
     assert updated in answer and DIRECTIVE not in answer
 
     await redis_client.delete(KEY)  # the proxy's DEL + PUBLISH: the agent has no directive any more
     await redis_client.publish(CHANNEL, "")
-    await wait_until(lambda: sample(harness, "ibex_context_directive_invalidations_total", {"scope": "org"}) == 2,
-                     "the second invalidation received")
+    await until(lambda: sample(harness, "ibex_context_directive_invalidations_total", {"scope": "org"}) == 2,
+                "the second invalidation received")
     assert updated not in await context(harness)

@@ -24,6 +24,7 @@ from entrypoints.grpc_api.server import SERVICE_NAME
 from tests.e2e.conftest import SHORT_BUDGET_MS, Harness, StartService
 from tests.e2e.tenant import AGENT_ID, DIRECTIVE, MEMORIES, NAMESPACE, ORG_ID, assemble_request
 from tests.support.memory_server import MemoryServer
+from tests.support.polling import until
 from tests.support.principal_proofs import context as principal_context
 from tests.support.principal_proofs import ed_entry, ed_proof, write_key_file
 
@@ -38,14 +39,6 @@ async def rpc_error(call) -> grpc.aio.AioRpcError:  # type: ignore[no-untyped-de
     with pytest.raises(grpc.aio.AioRpcError) as excinfo:
         await call
     return excinfo.value
-
-
-async def wait_until(predicate, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    """Poll a real condition; ``timeout_s`` is a hang guard only (it returns as soon as it holds)."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 # ------------------------------------------------------------------ AssembleContext
@@ -304,7 +297,7 @@ async def test_caller_cancellation_is_seen_as_cancelled_by_the_server(harness: H
 
     with pytest.raises(asyncio.CancelledError):
         await call
-    await wait_until(lambda: harness.requests_seen("AssembleContext", "CANCELLED") == 1)
+    await until(lambda: harness.requests_seen("AssembleContext", "CANCELLED") == 1)
     assert harness.requests_seen("AssembleContext", "OK") == 0
 
 
@@ -332,7 +325,7 @@ async def test_a_search_outlived_by_its_caller_deadline_is_deadline_exceeded(
 
     assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert error.details() == "deadline exceeded while searching memories"  # the server's answer
-    await wait_until(lambda: harness.requests_seen("SearchMemories", "DEADLINE_EXCEEDED") == 1)
+    await until(lambda: harness.requests_seen("SearchMemories", "DEADLINE_EXCEEDED") == 1)
 
 
 # ------------------------------------------------------------------ SearchMemories
@@ -444,7 +437,7 @@ async def test_shutdown_lets_in_flight_calls_finish_and_refuses_new_ones(harness
     await asyncio.to_thread(memory_server.wait_held, "search", 6)
 
     shutdown = asyncio.create_task(harness.service.shutdown(grace_s=60))
-    await wait_until(lambda: harness.service.draining)
+    await until(lambda: harness.service.draining)
     check = await harness.service.grpc.health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME), None)
     assert check.status == health_pb2.HealthCheckResponse.NOT_SERVING
     late = await rpc_error(harness.stub.AssembleContext(assemble_request(), timeout=30))

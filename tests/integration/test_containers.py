@@ -3,11 +3,9 @@ warm-up (no tenant named), caller authentication."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,6 +29,7 @@ from entrypoints.settings import Settings
 from tests.fakes.clock import FixedClock
 from tests.support.go_envelope import go_envelope
 from tests.support.memory_server import MemoryServer
+from tests.support.polling import until
 from tests.support.principal_proofs import ed_entry, write_key_file
 from tests.support.redis_proxy import HoldingRedisProxy
 from tests.support.redis_server import RedisServer, free_port
@@ -187,16 +186,6 @@ async def test_an_unreachable_redis_at_start_up_degrades_instead_of_failing(tmp_
 
 
 # ------------------------------------------------------------------ the directive cache
-async def until(condition: Callable[[], bool], what: str, cap_s: float = 30.0) -> None:
-    """Until ``condition()`` holds (checked every 10 ms; the cap is a hang guard only)."""
-    try:
-        async with asyncio.timeout(cap_s):
-            while not condition():
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"{what}: not reached within {cap_s} s") from None
-
-
 def subscription_up(app) -> float | None:  # type: ignore[no-untyped-def]
     return app.metrics.registry.get_sample_value("ibex_context_directive_subscription_up")
 

@@ -23,6 +23,7 @@ from adapters.redis_directive_store import DEFAULT_COOLDOWN_S, RedisDirectiveSto
 from ports.errors import DirectiveStoreError
 from tests.fakes.clock import FixedClock
 from tests.support.go_envelope import go_envelope
+from tests.support.polling import until
 from tests.support.redis_proxy import HoldingRedisProxy
 from tests.support.redis_sentinel import SentinelCluster
 from tests.support.redis_server import RedisServer
@@ -46,16 +47,6 @@ def envelope(text: str) -> bytes:
 
 def channel(org: str) -> str:
     return f"directive_updates:{org}"
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    """Until ``condition()`` holds, for state no callback reports (checked every 10 ms; capped)."""
-    try:
-        async with asyncio.timeout(CAP_S):
-            while not condition():
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"{what}: not reached within {CAP_S} s") from None
 
 
 @attrs.define(eq=False)
