@@ -542,9 +542,7 @@ def run_fault_row(stack: Stack, name: str) -> dict[str, Any]:
     row["notes"].append(f"machine: {machine['busy_pct']:.0f}% busy, {machine['steal_pct']:.0f}% stolen")
     row["log"] = serve.log_summary()
     row["log_errors"] = serve.log_errors()
-    if args.logs:
-        Path(args.logs).mkdir(parents=True, exist_ok=True)
-        shutil.copy(serve.log, Path(args.logs) / serve.log.name)
+    keep_log(serve, args.logs)
     if row["log"]:
         row["notes"].append("log: " + _codes(row["log"]))
     row["cpu_ms_per_call"] = 1000.0 * cpu_s / max(1, row["answered"] + row["cancelled_at_end"])
@@ -760,6 +758,13 @@ def run_sigterm(stack: Stack) -> dict[str, Any]:
     return row
 
 
+def keep_log(serve: Any, folder: str | None) -> None:
+    """Copy the row's serve log (JSON lines) into ``folder`` (``--logs``), if one was given."""
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        shutil.copy(serve.log, Path(folder) / serve.log.name)
+
+
 def run_overload(stack: Stack) -> dict[str, Any]:
     """2x capacity for ``--duration`` s between 3 s at half capacity before and after."""
     args = stack.args
@@ -789,6 +794,7 @@ def run_overload(stack: Stack) -> dict[str, Any]:
         rss_after = serve.rss_kib()
     finally:
         serve.stop()
+    keep_log(serve, args.logs)
     overload_from, overload_to = start + edge, start + edge + args.duration
     calls = sampled["calls"]
     pre = [c for c in calls if c[0] < overload_from]

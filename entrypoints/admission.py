@@ -66,16 +66,8 @@ class Admission:
         Raises:
             Shed: the call may not start (the reason and why in the message).
         """
-        minimum_ms = self._min_deadline_s * 1000.0
-        if deadline_s is not None and deadline_s < self._min_deadline_s:
-            raise self._shed(surface, ShedReason.DEADLINE, (
-                f"{max(deadline_s, 0.0) * 1000.0:.1f} ms of the deadline left; an assembly is not started "
-                f"with less than {minimum_ms:g} ms"))
+        self.check_start(surface, deadline_s)
         if self._slots.locked():
-            if deadline_s is not None and deadline_s < self._busy_deadline_s:
-                raise self._shed(surface, ShedReason.DEADLINE, (
-                    f"all {self._max_in_flight} assembly slots are taken and {deadline_s * 1000.0:.1f} ms of the "
-                    f"deadline is left; a busy process needs {self._busy_deadline_s * 1000.0:g} ms to start one"))
             wait_s = self._max_wait_s if deadline_s is None else min(self._max_wait_s, deadline_s - self._busy_deadline_s)
             try:
                 async with asyncio.timeout(max(wait_s, 0.0)):
@@ -90,6 +82,21 @@ class Admission:
             yield
         finally:
             self._slots.release()
+
+    def check_start(self, surface: str, deadline_s: float | None) -> None:
+        """Raise ``Shed`` at once if a call with ``deadline_s`` left may not start now (the two
+        deadline rules; nothing waits). ``slot`` applies it too; an edge calls it before it reads
+        the request, so that a call refused for its deadline costs no reading or decoding."""
+        if deadline_s is None:
+            return
+        if deadline_s < self._min_deadline_s:
+            raise self._shed(surface, ShedReason.DEADLINE, (
+                f"{max(deadline_s, 0.0) * 1000.0:.1f} ms of the deadline left; an assembly is not started "
+                f"with less than {self._min_deadline_s * 1000.0:g} ms"))
+        if deadline_s < self._busy_deadline_s and self._slots.locked():
+            raise self._shed(surface, ShedReason.DEADLINE, (
+                f"all {self._max_in_flight} assembly slots are taken and {deadline_s * 1000.0:.1f} ms of the "
+                f"deadline is left; a busy process needs {self._busy_deadline_s * 1000.0:g} ms to start one"))
 
     def _shed(self, surface: str, reason: ShedReason, message: str) -> Shed:
         if self._on_shed is not None:

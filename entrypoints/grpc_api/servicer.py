@@ -1,7 +1,9 @@
 """ContextAssemblyServicer: authenticate, read the request, bind it, run the use case, translate back.
 
 Every RPC runs through ``_serve``: it counts the call in flight, refuses a call whose deadline has
-already expired, authenticates the caller from the metadata alone, reads and decodes the request
+already expired, refuses an assembly that admission control would not start for its deadline
+(``Admission.check_start``: before anything is read, so that shedding costs as little as it can;
+the refusal says nothing about any tenant), authenticates the caller from the metadata alone, reads and decodes the request
 (``wire.decode``: repeated fields counted on the bytes first), binds the request's ids to the
 principal, runs the use case, and records the final status code (OK, CANCELLED when the caller
 went away, DEADLINE_EXCEEDED, or the error's code) in the metrics. The caller's remaining
@@ -100,10 +102,11 @@ class _Rpc:
     response_type: Any
     run: str  # the servicer method that serves a decoded request
     ids: Callable[[Any], tuple[str, str]]  # (the caller's request_id, trace_id) of a request
+    admitted: bool = False  # runs under admission control (an assembly)
 
 
 _ASSEMBLE = _Rpc("AssembleContext", wire.ASSEMBLE_SHAPE, pb.AssembleContextResponse, "_assemble_call",
-                 lambda request: (request.request_id, request.trace_id))
+                 lambda request: (request.request_id, request.trace_id), admitted=True)
 _SEARCH = _Rpc("SearchMemories", wire.SEARCH_SHAPE, pb.SearchMemoriesResponse, "_search_call",
                lambda request: ("", ""))
 _FEEDBACK = _Rpc("RecordMemoryFeedback", wire.FEEDBACK_SHAPE, pb.RecordMemoryFeedbackResponse, "_feedback_call",
@@ -215,6 +218,8 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
             try:
                 if scope.deadline_s is not None and scope.deadline_s <= 0:
                     raise DeadlineExpiredError
+                if rpc.admitted and self._admission is not None:
+                    self._admission.check_start(SURFACE, scope.deadline_s)  # before any reading
                 principal = self._authenticate(context)
                 if request is None:
                     request = await _read_request(context, rpc.shape)

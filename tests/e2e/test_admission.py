@@ -49,6 +49,7 @@ class Service:
     def __init__(self) -> None:
         self.metrics = ServiceMetrics()
         self.assemble = HeldAssemble()
+        self.channel: grpc.aio.Channel | None = None
         self.admission = Admission(max_in_flight=1, max_wait_s=0.0, min_deadline_s=MIN_START_S, busy_deadline_s=BUSY_START_S,
                                    on_shed=self.metrics.call_shed)
 
@@ -65,6 +66,7 @@ async def grpc_service() -> AsyncIterator[tuple[Service, pb_grpc.ContextAssembly
     server, port = build_server(servicer, "127.0.0.1:0")
     await server.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        service.channel = channel
         yield service, pb_grpc.ContextAssemblyServiceStub(channel)
     service.assemble.release.set()
     await server.drain(0)
@@ -95,6 +97,21 @@ async def test_grpc_a_call_with_too_little_deadline_left_never_starts(grpc_servi
     assert error.details().startswith("not started (deadline): ")
     assert "an assembly is not started with less than 20000 ms" in error.details()
     assert (service.assemble.calls, service.shed("grpc", "deadline")) == (0, 1.0)
+
+
+async def test_grpc_a_deadline_refusal_comes_before_the_request_is_read(grpc_service) -> None:  # type: ignore[no-untyped-def]
+    # Bytes that are no AssembleContextRequest would be INVALID_ARGUMENT once read: the refusal
+    # for the deadline comes first, so that a shed call costs no reading or decoding.
+    service, stub = grpc_service
+    assert service.channel is not None
+    garbage = service.channel.unary_unary(
+        "/ibex.context.v1.ContextAssemblyService/AssembleContext",
+        request_serializer=None, response_deserializer=None)
+    error = await refused(garbage(b"\xff\xff\xff", timeout=10.0))  # 10 s < MIN_START_S
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error.details().startswith("not started (deadline): ")
+    assert (service.assemble.calls, service.shed("grpc", "deadline")) == (0, 1.0)
+    assert (await refused(garbage(b"\xff\xff\xff"))).code() == grpc.StatusCode.INVALID_ARGUMENT  # no deadline: read
 
 
 async def test_grpc_a_busy_process_refuses_at_once_a_call_with_less_than_the_busy_deadline(grpc_service) -> None:  # type: ignore[no-untyped-def]

@@ -121,3 +121,22 @@ def test_bounds_are_checked() -> None:
         Admission(max_in_flight=0, max_wait_s=0.0, min_deadline_s=0.0, busy_deadline_s=0.0)
     with pytest.raises(ValueError, match="busy_deadline_s >= min_deadline_s"):
         Admission(max_in_flight=1, max_wait_s=0.0, min_deadline_s=0.020, busy_deadline_s=0.010)
+
+
+async def test_check_start_applies_the_deadline_rules_at_once_and_never_takes_a_slot() -> None:
+    recorder = Recorder()
+    admission = Admission(max_in_flight=1, max_wait_s=LONG_S, min_deadline_s=0.010, busy_deadline_s=0.030,
+                          on_shed=recorder)
+    admission.check_start("grpc", None)  # no deadline: nothing to check
+    admission.check_start("grpc", 0.020)  # idle: 10 ms is enough
+    with pytest.raises(Shed, match="4.0 ms of the deadline left"):
+        admission.check_start("grpc", 0.004)
+    entered, release = asyncio.Event(), asyncio.Event()
+    holder = asyncio.create_task(hold(admission, entered, release))  # check_start took no slot: this one starts
+    await entered.wait()
+    with pytest.raises(Shed, match="a busy process needs 30 ms to start one"):
+        admission.check_start("grpc", 0.020)  # every slot taken: 30 ms needed, and nothing waited
+    admission.check_start("grpc", 0.040)
+    release.set()
+    await holder
+    assert recorder.shed == [("grpc", ShedReason.DEADLINE), ("grpc", ShedReason.DEADLINE)]
