@@ -20,6 +20,7 @@ DESCRIPTIONS = {
     "grpc_hostile": "hostile gRPC input (12 x 14 MB unauthenticated calls, 1M-tag searches): server RSS, /healthz",
     "tracing_cost": "CPU per assembly with tracing off, on at 100% and at 1% sampling (rounds alternated)",
     "stage_shares": "a py-spy profile of serve (during bench.load) split by assembly stage, as a Markdown table",
+    "instructions": "instructions per assembly (use case + proto answer) counted by valgrind: a load-independent A/B figure",
     "decode": "the memory adapter's strict msgspec decode of hot (50) and search (20) answers vs the old decoder",
 }
 

@@ -9,6 +9,7 @@ a call miss the load driver's deadline.
 from __future__ import annotations
 
 import math
+import os
 import re
 import subprocess
 import sys
@@ -86,3 +87,21 @@ def test_load_drives_the_service_and_both_floors_with_h2load() -> None:
         # flight when it stops; any other code (UNAVAILABLE, INTERNAL...) is a bug.
         codes = {part.rsplit(" ", 1)[0] for part in non_ok[0].split(", ") if part != "-"}
         assert codes <= {"DEADLINE_EXCEEDED", "CANCELLED"}, out
+
+
+async def test_instructions_workers_assemble_the_load_workload_with_every_candidate() -> None:
+    # The part of bench.instructions that runs under valgrind: the stand-in's answers, then the
+    # use case and its proto answer on them (valgrind itself is the user's to install).
+    from bench.instructions import fetch, work
+
+    for corpus in ("varied", "narrow"):
+        workload = await fetch(corpus)
+        assert await work(workload, 3) == 70, corpus  # every candidate accounted for in the answer
+
+
+def test_instructions_without_valgrind_says_so_and_exits_2(tmp_path: Path) -> None:
+    no_valgrind = {**os.environ, "PATH": str(tmp_path)}  # an empty folder: no valgrind on the PATH
+    done = subprocess.run([sys.executable, "-m", "bench.instructions", "--corpus", "varied"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, env=no_valgrind)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "valgrind is not installed" in done.stderr
