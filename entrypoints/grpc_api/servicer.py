@@ -6,7 +6,8 @@ already expired, refuses an assembly that admission control would not start for 
 the refusal says nothing about any tenant), authenticates the caller from the metadata alone, reads and decodes the request
 (``wire.decode``: repeated fields counted on the bytes first), binds the request's ids to the
 principal, runs the use case, and records the final status code (OK, CANCELLED when the caller
-went away, DEADLINE_EXCEEDED, or the error's code) in the metrics. The caller's remaining
+went away, DEADLINE_EXCEEDED, or the error's code) in the metrics. An answer ready only after the
+caller's deadline is dropped, not sent (DEADLINE_EXCEEDED): the caller's own timer has fired. The caller's remaining
 deadline is passed to the use cases as ``deadline_s`` so that the retrieval wall never waits past it.
 
 Failures never ``context.abort``: the status is set (``set_code`` / ``set_details``, the code and
@@ -228,7 +229,10 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
                 annotate_request_ids(scope.request_id, scope.trace_id)
                 response = await getattr(self, rpc.run)(request, principal, scope)
                 if _deadline_passed(context):
-                    code = grpc.StatusCode.DEADLINE_EXCEEDED  # the answer can no longer reach the caller
+                    # Too late for the caller, whose deadline has fired: the answer is dropped, not
+                    # sent (grpc-core may have ended the call already, and a send would then fail
+                    # with an ERROR logged by grpc). Counted below as DEADLINE_EXCEEDED.
+                    raise asyncio.CancelledError
                 return response
             except asyncio.CancelledError:
                 code = _cancel_code(context)

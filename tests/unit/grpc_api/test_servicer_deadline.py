@@ -3,7 +3,10 @@ decides by itself whether such a call reaches a real server at all)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
+import pytest
 
 from contracts.ibex.context.v1 import context_pb2 as pb
 from entrypoints.grpc_api.servicer import ContextAssemblyServicer
@@ -75,5 +78,6 @@ async def test_an_answer_finished_after_the_deadline_is_not_counted_ok() -> None
     service = ContextAssemblyServicer(assemble=object(), search=object(), feedback=Feedback(), metrics=metrics)  # type: ignore[arg-type]
     request = pb.RecordMemoryFeedbackRequest(org_id="7f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f",
                                              memory_ids=["00000000-0000-4000-8000-00000000000a"], feedback="positive")
-    await service.RecordMemoryFeedback(request, ScriptedContext(0.5, -0.01))  # type: ignore[arg-type]
+    with pytest.raises(asyncio.CancelledError):  # the late answer is dropped, never sent
+        await service.RecordMemoryFeedback(request, ScriptedContext(0.5, -0.01))  # type: ignore[arg-type]
     assert seen(metrics, "DEADLINE_EXCEEDED") == 1 and seen(metrics, "OK") == 0

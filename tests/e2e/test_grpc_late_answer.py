@@ -1,0 +1,75 @@
+"""An answer that is ready only after the caller's deadline, over real gRPC on loopback.
+
+The condition is made by the test: the use case works (synchronously, as an assembly's CPU-bound
+part does) for longer than the caller's whole deadline, so grpc cannot cancel it on the way and
+its answer is ready only once the deadline has passed. The caller sees DEADLINE_EXCEEDED, the
+service counts the call DEADLINE_EXCEEDED (never OK), and nothing is logged as an error. (The
+servicer drops such an answer instead of sending it: when grpc-core has ended the call but the
+event loop has not yet heard of it, a send fails and grpc logs an ERROR with a traceback. That
+ordering is grpc's and no test can force it; this one pins what the caller and the metrics see.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import grpc
+import pytest
+
+from contracts.ibex.context.v1 import context_pb2 as pb
+from contracts.ibex.context.v1 import context_pb2_grpc as pb_grpc
+from domain.model.operations import FeedbackOutcome
+from entrypoints.grpc_api.server import build_server
+from entrypoints.grpc_api.servicer import ContextAssemblyServicer
+from entrypoints.observability.metrics import ServiceMetrics
+from tests.e2e.tenant import ORG_ID
+from tests.support.polling import until
+
+pytestmark = pytest.mark.e2e
+
+
+DEADLINE_S = 0.3
+WORK_S = 0.5  # longer than the whole deadline: past it whenever the call started
+
+
+class SlowFeedback:
+    def __init__(self) -> None:
+        self.answered = 0
+
+    async def execute(self, request: object) -> FeedbackOutcome:
+        time.sleep(WORK_S)  # holds the event loop: no cancellation can reach this call before it returns
+        self.answered += 1
+        return FeedbackOutcome(success=True, updates=())
+
+
+def requests_seen(metrics: ServiceMetrics, code: str) -> float:
+    value = metrics.registry.get_sample_value(
+        "ibex_context_requests_total", {"surface": "grpc", "method": "RecordMemoryFeedback", "code": code})
+    return value or 0.0
+
+
+async def test_an_answer_ready_after_the_deadline_is_dropped_and_counted_deadline_exceeded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    metrics, feedback = ServiceMetrics(), SlowFeedback()
+    servicer = ContextAssemblyServicer(assemble=object(), search=object(), feedback=feedback,  # type: ignore[arg-type]
+                                       metrics=metrics)
+    server, port = build_server(servicer, "127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.ContextAssemblyServiceStub(channel)
+            request = pb.RecordMemoryFeedbackRequest(org_id=ORG_ID, memory_ids=["00000000-0000-4000-8000-00000000000a"],
+                                                     feedback="positive")
+            with caplog.at_level(logging.DEBUG, logger="grpc"):
+                with pytest.raises(grpc.aio.AioRpcError) as error:
+                    await stub.RecordMemoryFeedback(request, timeout=DEADLINE_S)
+                assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                await until(lambda: requests_seen(metrics, "DEADLINE_EXCEEDED") == 1, "the late call counted")
+                await asyncio.sleep(0)  # grpc's own handling of the handler's end has run
+        assert feedback.answered == 1 and requests_seen(metrics, "OK") == 0
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    finally:
+        await server.drain(0)
