@@ -84,26 +84,26 @@ def bm25(query: QueryTerms, documents: Sequence[TextProfile]) -> list[float]:
         return [0.0] * len(documents)
     spellings = query.spellings
     spelled = spellings.keys()
-    matches: list[dict[str, int]] = []
-    doc_freq: dict[str, int] = {}
+    matches: list[dict[str, int]] = []  # each document's query terms -> occurrences
     for doc in documents:
         found: dict[str, int] = {}
         for word in spelled & doc.terms:  # usually empty or a few words
             term = spellings[word]
             found[term] = found.get(term, 0) + doc.counts[word]
-        for term in found:
-            doc_freq[term] = doc_freq.get(term, 0) + 1
         matches.append(found)
+    doc_freq = Counter([term for found in matches for term in found])
     count = len(documents)
     average = max(1.0, sum(doc.length for doc in documents) / count)
     weight = {t: math.log(1.0 + (count - df + 0.5) / (df + 0.5)) for t, df in doc_freq.items()}
+    saturation = BM25_K1 + 1.0
     scores = []
     for doc, found in zip(documents, matches, strict=True):
-        if not found:
-            scores.append(0.0)
-            continue
-        norm = BM25_K1 * (1.0 - BM25_B + BM25_B * doc.length / average)
-        scores.append(sum(weight[t] * tf * (BM25_K1 + 1.0) / (tf + norm) for t, tf in found.items()))
+        score = 0.0  # the terms' parts added one after the other, in the order found
+        if found:
+            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * doc.length / average)
+            for term, tf in found.items():
+                score += weight[term] * tf * saturation / (tf + norm)
+        scores.append(score)
     return scores
 
 

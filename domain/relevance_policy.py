@@ -32,7 +32,8 @@ than several weakly relevant ones of the same total cost.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 import attrs
@@ -60,8 +61,12 @@ class RelevancePolicy:
     core_categories: frozenset[str] = attrs.field(default=CORE_CATEGORIES, converter=frozenset)
 
     def utility(self, relevance: float, confidence: float) -> float:
-        cw = self.confidence_weight
-        return as_float32(relevance**self.sharpness * (1.0 - cw + cw * confidence))
+        return self.utilities((relevance,), (confidence,))[0]
+
+    def utilities(self, relevance: Sequence[float], confidence: Sequence[float]) -> list[float]:
+        """``utility`` of each (relevance, confidence) pair, all rounded to float32 at once."""
+        cw, sharpness = self.confidence_weight, self.sharpness
+        return as_float32s([r**sharpness * (1.0 - cw + cw * c) for r, c in zip(relevance, confidence, strict=True)])
 
     @property
     def core_utility(self) -> float:
@@ -95,16 +100,18 @@ def screen(
     terms = query_terms(query_text)
     relevance = _relevance(hits, searched, texts, terms)
     grounded = bool(terms) or any(searched)  # else nothing to be relevant to: no floor, no hot bound
-    scored = [_scored(hit, r, policy.utility(r, clamp_unit(hit.confidence)), now) for hit, r in zip(hits, relevance, strict=True)]
-    excluded = [(_scored(hit, 0.0, 0.0, now), ExclusionDetail.DUPLICATE) for hit in duplicates]
 
-    below = [i for i, r in enumerate(relevance) if grounded and r < policy.floor]
+    below = [i for i, r in enumerate(relevance) if r < policy.floor] if grounded else []
     core = sorted(
         (i for i in below if not searched[i] and hits[i].category in policy.core_categories),
         key=lambda i: (-hits[i].similarity, hits[i].memory_id),
     )[: policy.core_slots]
+    utilities = policy.utilities(relevance, [clamp_unit(hit.confidence) for hit in hits])
     for i in core:
-        scored[i] = attrs.evolve(scored[i], score=policy.core_utility)
+        utilities[i] = policy.core_utility
+    scored = _scored(hits, relevance, utilities, now)
+    unscored = [0.0] * len(duplicates)
+    excluded = [(copy, ExclusionDetail.DUPLICATE) for copy in _scored(duplicates, unscored, unscored, now)]
     floored = set(below) - set(core)
     excluded.extend((scored[i], ExclusionDetail.BELOW_RELEVANCE_FLOOR) for i in sorted(floored))
 
@@ -126,6 +133,12 @@ def screen(
 def as_float32(value: float) -> float:
     """``value`` as the nearest float32 (what a proto ``float`` field carries)."""
     return struct.unpack("<f", struct.pack("<f", value))[0]
+
+
+def as_float32s(values: Iterable[float]) -> list[float]:
+    """Each of ``values`` as ``as_float32`` rounds it, all at once: an ``array('f')`` stores the
+    same C cast to float that ``struct`` packs (values in float32 range: utilities are in [0, 1])."""
+    return array("f", values).tolist()
 
 
 def _one_per_id(
@@ -165,11 +178,18 @@ def _relevance(hits: Sequence[MemoryHit], searched: Sequence[bool], texts: Seque
     return relevance
 
 
-def _scored(hit: MemoryHit, relevance: float, utility: float, now: datetime) -> ScoredCandidate:
-    return ScoredCandidate(
-        hit=hit,
-        score=utility,
-        relevance=relevance,
-        recency=recency_factor(hit.category, hit.created_at, now),
-        usefulness=NEUTRAL_USEFULNESS if hit.usefulness is None else clamp_unit(hit.usefulness),
-    )
+def _scored(
+    hits: Sequence[MemoryHit], relevance: Sequence[float], utilities: Sequence[float], now: datetime
+) -> list[ScoredCandidate]:
+    # ScoredCandidate(hit, score, relevance, recency, usefulness), positional: a class called
+    # with keywords builds a dict of them per call.
+    return [
+        ScoredCandidate(
+            hit,
+            utility,
+            r,
+            recency_factor(hit.category, hit.created_at, now),
+            NEUTRAL_USEFULNESS if hit.usefulness is None else clamp_unit(hit.usefulness),
+        )
+        for hit, r, utility in zip(hits, relevance, utilities, strict=True)
+    ]

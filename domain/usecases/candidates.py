@@ -69,20 +69,22 @@ def build_pool(request: PoolRequest, profiles: TextProfiles = UncachedTextProfil
 
 def record(candidate: ScoredCandidate, exclusion: str, detail: str, cost: int) -> MemoryUsed:
     hit = candidate.hit
+    # Positional, in MemoryUsed's field order: a class called with keywords builds a dict of
+    # them per call, and this runs once for every candidate of every assembly.
     return MemoryUsed(
-        memory_id=hit.memory_id,
-        exclusion=exclusion,
-        detail=detail,
-        composite_score=candidate.score,
-        relevance_score=candidate.relevance,
-        recency_score=candidate.recency,
-        usefulness_score=candidate.usefulness,
-        rank=hit.rank,
-        category=hit.category,
-        similarity=hit.similarity,
-        confidence=hit.confidence,
-        token_estimate=cost,
-        source=hit.source,
+        hit.memory_id,  # memory_id
+        exclusion,
+        detail,
+        candidate.score,  # composite_score
+        candidate.relevance,  # relevance_score
+        candidate.recency,  # recency_score
+        candidate.usefulness,  # usefulness_score
+        hit.rank,
+        hit.category,
+        hit.similarity,
+        hit.confidence,
+        cost,  # token_estimate
+        hit.source,
     )
 
 

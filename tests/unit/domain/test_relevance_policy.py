@@ -13,7 +13,7 @@ from domain.model.assembly import ExclusionDetail
 from domain.model.memory import MemoryHit
 from domain.packer import PackItem, pack
 from domain.relevance import DuplicateIndex, bm25, near_duplicates, profile, query_terms
-from domain.relevance_policy import RelevancePolicy, as_float32, screen
+from domain.relevance_policy import RelevancePolicy, as_float32, as_float32s, screen
 from entrypoints.settings import Settings
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
@@ -128,6 +128,26 @@ def test_utility_is_a_float32_value_and_grows_with_relevance_and_confidence() ->
         assert as_float32(value) == value
     assert POLICY.utility(0.9, 0.5) > POLICY.utility(0.8, 0.5) and POLICY.utility(0.8, 1.0) > POLICY.utility(0.8, 0.0)
     assert POLICY.core_utility < POLICY.utility(POLICY.floor, 0.0)
+
+
+EDGE_UNIT_FLOATS = [0.0, -0.0, 5e-324, 1e-320, 1.1754942e-38, 1.401298464324817e-45, 7e-46, 2.1e-45,
+                    0.1, 1 / 3, 0.5 + 2**-25, 0.5 + 2**-26, 1.0 - 2**-25, 1.0 - 2**-26, 1.0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=1.0), max_size=40))
+def test_float32_rounding_all_at_once_is_that_of_one_value_at_a_time(values: list[float]) -> None:
+    values += EDGE_UNIT_FLOATS  # zero, subnormals of both widths, float32 halfway cases
+    assert [repr(v) for v in as_float32s(values)] == [repr(as_float32(v)) for v in values]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0)), max_size=30))
+def test_utilities_are_each_pair_s_utility_rounded_to_float32(pairs: list[tuple[float, float]]) -> None:
+    cw = POLICY.confidence_weight
+    expected = [as_float32(r**POLICY.sharpness * (1.0 - cw + cw * c)) for r, c in pairs]
+    assert POLICY.utilities([r for r, _ in pairs], [c for _, c in pairs]) == expected
+    assert [POLICY.utility(r, c) for r, c in pairs] == expected
 
 
 # ------------------------------------------------------------------ duplicates and bounds
