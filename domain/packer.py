@@ -338,7 +338,7 @@ def _suffix_rows(shifts, gains, tail: np.ndarray, fill: int, better) -> tuple[np
 
     Row ``m`` is ``tail``; the ``pad`` columns on the left hold ``fill`` (a value that never
     wins) so shifted reads below index 0 need no special case: two numpy operations per item,
-    on slices of one flat buffer.
+    on slices of one flat buffer (each row, once written, is the next item's ``below``).
     """
     count, size = shifts.size, tail.size
     pad = int(shifts.max()) if count else 0
@@ -346,14 +346,16 @@ def _suffix_rows(shifts, gains, tail: np.ndarray, fill: int, better) -> tuple[np
     flat = np.empty((count + 1) * stride, dtype=np.int64)
     rows = flat.reshape(count + 1, stride)
     rows[:, :pad] = fill
-    rows[count, pad:] = tail
+    below = rows[count, pad:]
+    below[:] = tail
     scratch = np.empty(size, dtype=np.int64)
-    backwards = zip(range(count - 1, -1, -1), shifts[::-1].tolist(), gains[::-1].tolist())
-    for i, shift, gain in backwards:
-        below = (i + 1) * stride + pad
-        here = below - stride
-        np.add(flat[below - shift : below - shift + size], gain, out=scratch)
-        better(flat[below : below + size], scratch, out=flat[here : here + size])
+    row_start = count * stride + pad  # where ``below``'s capacities begin in ``flat``
+    for shift, gain in zip(reversed(shifts.tolist()), reversed(gains.tolist())):
+        np.add(flat[row_start - shift : row_start - shift + size], gain, out=scratch)
+        row_start -= stride
+        here = flat[row_start : row_start + size]
+        better(below, scratch, out=here)
+        below = here
     return rows, pad
 
 
@@ -381,24 +383,28 @@ def _suffix_values(weights: np.ndarray, values: np.ndarray, tail: np.ndarray) ->
     """Best value of the items on top of ``tail`` at every capacity (``tail`` is not modified)."""
     best = tail.copy()
     size = best.size
-    for i in range(weights.size - 1, -1, -1):
-        weight = int(weights[i])
+    for weight, value in zip(reversed(weights.tolist()), reversed(values.tolist())):
         if weight < size:
-            np.maximum(best[weight:], best[: size - weight] + values[i], out=best[weight:])
+            reachable = best[weight:]
+            np.maximum(reachable, best[: size - weight] + value, out=reachable)
     return best
 
 
 def _trace(rows: np.ndarray, pad: int, weights, values, offset: int, capacity: int) -> list[int]:
     """Walk items in canonical order, taking each one whenever taking it stays optimal.
 
-    Ties prefer taking, which yields the lexicographically greatest optimal selection.
+    Ties prefer taking, which yields the lexicographically greatest optimal selection. Stops
+    once no capacity is left: every weight is positive, so no later item could be taken.
     """
     picked = []
-    count = rows.shape[0] - 1
+    count, stride = rows.shape[0] - 1, rows.shape[1]
+    cell = rows.reshape(-1).item  # a Python int: cheaper to compare than a numpy scalar
     pairs = zip(weights[offset : offset + count].tolist(), values[offset : offset + count].tolist())
     for i, (weight, value) in enumerate(pairs):
-        below = rows[i + 1]
-        if below[pad + capacity - weight] + value >= below[pad + capacity]:
+        if capacity == 0:
+            break
+        below = (i + 1) * stride + pad + capacity
+        if cell(below - weight) + value >= cell(below):
             picked.append(offset + i)
             capacity -= weight
     return picked
