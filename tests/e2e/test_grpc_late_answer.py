@@ -30,8 +30,11 @@ from tests.support.polling import until
 pytestmark = pytest.mark.e2e
 
 
-DEADLINE_S = 0.3
-WORK_S = 0.5  # longer than the whole deadline: past it whenever the call started
+# The deadline is long enough that the call reaches the use case on any machine (a call seen with
+# its deadline already spent never starts), and the work longer than the whole deadline, so its
+# answer is late whenever the call started.
+DEADLINE_S = 1.0
+WORK_S = 1.2
 
 
 class SlowFeedback:
