@@ -10,7 +10,7 @@ row gets a fresh ``ibex-context serve`` process, warmed up for ``--warmup`` seco
 rate before its RSS is read, so RSS before and after belong to that row.
 
 Drivers: h2load (the C HTTP/2 client of bench.load, open loop, installed with apt-get when
-missing) for the bulk of the rate, and beside it ``bench.sampled_client`` (python grpc.aio, a
+missing; its connections staggered, ``bench.h2load_driver``) for the bulk of the rate, and beside it ``bench.sampled_client`` (python grpc.aio, a
 process of its own, the same request bytes and deadline) for ``--sample-rate`` calls per second
 of the rate (default: 5% of it, at least 5), which records each call's latency, gRPC code,
 degradation level and whether the directive came back, because h2load sees no gRPC status.
@@ -74,14 +74,15 @@ import attrs
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.h2load_driver import ARRIVALS, STREAMS_PER_CONNECTION, H2loadRun, Target
 from bench.load import (
-    METHOD_PATH,
     QUERY,
-    STREAMS_PER_CONNECTION,
     cpu_seconds,
     ensure_h2load,
     extra_env,
     grpc_frame,
+    machine_share,
+    machine_ticks,
     percentile,
 )
 from contracts.ibex.context.v1 import context_pb2 as pb
@@ -103,8 +104,6 @@ REFUSED_LIMIT_MS = 5.0
 RECOVERY_LIMIT_S = 1.0
 OVERLOAD_EDGE_S = 3.0  # half capacity before and after the overload
 _LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-_H2LOAD_SUMMARY = re.compile(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "
-                             r"(\d+) errored, (\d+) timeout")
 
 
 # ----------------------------------------------------------------------------------------------- the stack
@@ -146,8 +145,8 @@ class Stack:
         self.staller: RedisStaller | None = None
 
     def h2load_log(self, what: str) -> Path:
-        """A fresh path for one h2load run's per-request log (a reused one mixed two runs' lines)."""
-        return self.folder / f"h2load-{what}-{uuid.uuid4().hex[:8]}.log"
+        """A fresh stem for one h2load run's per-request logs (a reused one mixed two runs' lines)."""
+        return self.folder / f"h2load-{what}-{uuid.uuid4().hex[:8]}"
 
     def set_directive(self) -> None:
         envelope = {"v": 1, "content": "Answer briefly and cite the memory ids you used.",
@@ -317,38 +316,25 @@ class Metrics:
 # ----------------------------------------------------------------------------------------------- drivers
 @attrs.define
 class H2load:
-    process: subprocess.Popen
-    log: Path
-    started: float
+    """An h2load run (``bench.h2load_driver``: staggered connections unless ``--arrivals aligned``)."""
+
+    run: H2loadRun
+
+    @property
+    def started(self) -> float:
+        return self.run.started
 
     @classmethod
     def start(cls, stack: Stack, addr: str, rate: float, duration_s: float, log: Path) -> H2load:
-        connections = stack.args.connections
-        command = [stack.args.h2load, f"http://{addr}{METHOD_PATH}", "-d", str(stack.body), "-c", str(connections),
-                   "-m", str(STREAMS_PER_CONNECTION), f"--rps={rate / connections:g}", "-D", f"{duration_s:g}",
-                   f"--log-file={log}", "-H", "content-type: application/grpc", "-H", "te: trailers"]
-        if stack.args.deadline_ms:
-            command += ["-H", f"grpc-timeout: {int(stack.args.deadline_ms)}m"]
-        started = time.time()
-        return cls(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), log, started)
+        target = Target(stack.args.h2load, addr, stack.body, stack.args.deadline_ms)
+        return cls(H2loadRun.start(target, rate, duration_s, connections=stack.args.connections,
+                                   arrivals=stack.args.arrivals, log_stem=log))
 
     def result(self, timeout_s: float) -> dict[str, Any]:
-        """Per request (start, HTTP status, latency ms) from the log, and h2load's own summary."""
-        try:
-            out, _ = self.process.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            out, _ = self.process.communicate()
-        rows = []
-        for line in self.log.read_text().splitlines() if self.log.exists() else ():
-            fields = line.split("\t")
-            if len(fields) >= 3:
-                rows.append((int(fields[0]) / 1e6, int(fields[1]), int(fields[2]) / 1000.0))
-        self.log.unlink(missing_ok=True)
-        summary = _H2LOAD_SUMMARY.search(out or "")
-        keys = ("total", "started", "done", "succeeded", "failed", "errored", "timeout")
-        return {"rows": rows, "exit": self.process.returncode,
-                "summary": dict(zip(keys, map(int, summary.groups()))) if summary else {}}
+        """Per request (start, HTTP status, latency ms) from the logs, and h2load's own summary."""
+        done = self.run.result(timeout_s)
+        return {"rows": [(r.start_s, r.status, r.latency_ms) for r in done.requests], "exit": done.exit_code,
+                "summary": done.summary}
 
 
 def h2load_run(stack: Stack, addr: str, rate: float, duration_s: float) -> dict[str, Any]:
@@ -379,20 +365,6 @@ class Sampler:
         if self.process.returncode != 0:
             raise RuntimeError(f"the sampled client exited with {self.process.returncode}")
         return json.loads(self.out.read_text())
-
-
-def machine_ticks() -> tuple[int, int, int]:
-    """(busy, steal, total) CPU ticks of the whole machine since boot (/proc/stat)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle, steal = fields[3] + fields[4], fields[7] if len(fields) > 7 else 0
-    total = sum(fields[:8])
-    return total - idle - steal, steal, total
-
-
-def machine_share(before: tuple[int, int, int]) -> dict[str, float]:
-    """Busy and stolen shares of all cores since ``before`` (steal: the hypervisor ran someone else)."""
-    busy, steal, total = (now - then for now, then in zip(machine_ticks(), before))
-    return {"busy_pct": 100.0 * busy / max(1, total), "steal_pct": 100.0 * steal / max(1, total)}
 
 
 def wait_until(at: float) -> None:
@@ -908,7 +880,7 @@ def markdown(rows: list[dict[str, Any]], stack: Stack) -> str:
     faults = [r for r in rows if r["row"] != "overload"]
     if faults:
         lines[0] += (f" {args.duration:g} s a row, {args.rate:g} req/s offered ({args.rate - args.sample_rate:g} by h2load "
-                     f"over {args.connections} connections, {args.sample_rate:g} by the sampled client); p99 target "
+                     f"over {args.connections} {args.arrivals} connections, {args.sample_rate:g} by the sampled client); p99 target "
                      f"{stack.wall_ms + P99_OVER_WALL_MS:g} ms; faults {min(args.fault_at, args.duration * 0.25):g} s into "
                      f"a row, cleared {min(args.clear_before, args.duration * 0.3):g} s before its end.")
         lines += [TABLE_HEADER, *(table_line(r, notes=False) for r in faults), "", "Per row:", ""]
@@ -936,6 +908,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clear-before", type=float, default=3.0, help="seconds before a row's end the fault ends")
     parser.add_argument("--drain-delay", type=float, default=2.0, help="IBEX_CONTEXT_DRAIN_DELAY of the sigterm row")
     parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--arrivals", choices=ARRIVALS, default="staggered",
+                        help="staggered: each connection its own h2load clock, calls spread evenly; aligned: one "
+                             "h2load -c N, the connections' calls in bursts (bench/h2load_driver.py)")
     parser.add_argument("--budget", type=int, default=2000)
     parser.add_argument("--memories", type=int, default=200)
     parser.add_argument("--hot-limit", type=int, default=50)

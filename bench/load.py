@@ -3,8 +3,9 @@
 The driver is ``h2load`` (Debian's ``nghttp2-client``, installed with apt-get when missing): a C
 HTTP/2 client that posts one length-prefixed ``AssembleContextRequest`` with ``content-type:
 application/grpc`` and ``te: trailers`` (and ``grpc-timeout`` with ``--deadline-ms``), open loop at
-a fixed request rate (``--rps`` per connection), costing a few microseconds of CPU per call, so the
-figures describe the service and not the driver. Beside it, each in its own process: a private
+a fixed request rate (``--rps`` per connection; each connection its own h2load process with its
+own clock by default, so that the calls arrive spread out and not in bursts: ``bench.h2load_driver``),
+costing a few microseconds of CPU per call, so the figures describe the service and not the driver. Beside it, each in its own process: a private
 redis-server holding the directive, and the loopback memory stand-in (canned answers; hot after
 2 ms, search after 10 ms; its memories carry the query's words so that every candidate is relevant, among
 varied words by default, `--corpus narrow` for the worst case of the near-duplicate gate).
@@ -26,7 +27,8 @@ ms per call (``/proc/<pid>/stat`` of the serve process), the stand-in's and Redi
 and answers by code. The step-up reports the highest rate with p99 < 40 ms and no errors.
 
     .venv/bin/python -m bench.load [--rates 300 500] [--duration 20] [--budget 2000] [--deadline-ms 45]
-        [--step-from 300 --step 100] [--no-step] [--no-floors] [--connections 4] [--corpus varied|narrow]
+        [--step-from 300 --step 100] [--no-step] [--no-floors] [--connections 4] [--arrivals staggered|aligned]
+        [--corpus varied|narrow]
         [--env KEY=VALUE ...]
 """
 
@@ -51,6 +53,7 @@ from pathlib import Path
 import grpc
 import redis
 
+from bench.h2load_driver import ARRIVALS, STREAMS_PER_CONNECTION, H2loadRun, Target
 from contracts.ibex.context.v1 import context_pb2 as pb
 from contracts.ibex.context.v1 import context_pb2_grpc as pb_grpc
 from tests.support.memory_server import MemoryServerProcess
@@ -59,9 +62,7 @@ from tests.support.redis_server import RedisServer, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 P99_LIMIT_MS = 40.0
-STREAMS_PER_CONNECTION = 64  # h2load's -m: enough that the open loop never waits for a free stream
 QUERY = "dark theme python deploy budget weekly report"
-METHOD_PATH = "/ibex.context.v1.ContextAssemblyService/AssembleContext"
 _TICKS = os.sysconf("SC_CLK_TCK")
 _REQUESTS = re.compile(r'^ibex_context_requests_total\{code="(\w+)",method="AssembleContext",surface="grpc"\} (\S+)$', re.M)
 
@@ -73,6 +74,20 @@ def cpu_seconds(pids: list[int]) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])
     return total / _TICKS
+
+
+def machine_ticks() -> tuple[int, int, int]:
+    """(busy, steal, total) CPU ticks of the whole machine since boot (/proc/stat)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle, steal = fields[3] + fields[4], fields[7] if len(fields) > 7 else 0
+    total = sum(fields[:8])
+    return total - idle - steal, steal, total
+
+
+def machine_share(before: tuple[int, int, int]) -> dict[str, float]:
+    """Busy and stolen shares of all cores since ``before`` (steal: the hypervisor ran someone else)."""
+    busy, steal, total = (now - then for now, then in zip(machine_ticks(), before))
+    return {"busy_pct": 100.0 * busy / max(1, total), "steal_pct": 100.0 * steal / max(1, total)}
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -192,29 +207,26 @@ def floor_server(response: Path, stack_: Stack | None, args: argparse.Namespace)
 
 
 def h2load(h2load_bin: str, addr: str, body: Path, rate: float, duration_s: float, args: argparse.Namespace) -> dict:
-    """One open-loop h2load run; latencies (ms) of the completed requests from its per-request log."""
-    connections = args.connections
-    with tempfile.NamedTemporaryFile(prefix="h2load-", suffix=".log") as log:
-        command = [h2load_bin, f"http://{addr}{METHOD_PATH}", "-d", str(body), "-c", str(connections), "-m", str(STREAMS_PER_CONNECTION),
-                   f"--rps={rate / connections:g}", "-D", f"{duration_s:g}", f"--log-file={log.name}",
-                   "-H", "content-type: application/grpc", "-H", "te: trailers"]
-        if args.deadline_ms:
-            command += ["-H", f"grpc-timeout: {int(args.deadline_ms)}m"]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=duration_s + 60, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"h2load failed: {done.stdout[-500:]} {done.stderr[-500:]}")
-        lines = [line.split("\t") for line in Path(log.name).read_text().splitlines() if line.strip()]
-    latencies = [int(fields[2]) / 1000.0 for fields in lines if fields[1] == "200"]
-    return {"completed": len(latencies), "latencies_ms": latencies, "http_errors": len(lines) - len(latencies),
-            "driver": done.stdout}
+    """One open-loop h2load run (``bench.h2load_driver``); latencies (ms) of the completed requests."""
+    with tempfile.TemporaryDirectory(prefix="h2load-") as folder:
+        run = H2loadRun.start(Target(h2load_bin, addr, body, args.deadline_ms), rate, duration_s,
+                              connections=args.connections, arrivals=args.arrivals, log_stem=Path(folder) / "run")
+        done = run.result(duration_s + 60)
+    if done.exit_code != 0:
+        raise RuntimeError(f"h2load failed ({done.exit_code}): {done.output[-1000:]}")
+    latencies = [r.latency_ms for r in done.requests if r.status == 200]
+    return {"completed": len(latencies), "latencies_ms": latencies, "http_errors": len(done.requests) - len(latencies),
+            "driver": done.output}
 
 
 def measure(h2load_bin: str, addr: str, body: Path, rate: float, duration_s: float, pids: dict[str, int],
             args: argparse.Namespace, stack_: Stack | None = None) -> dict:
     before_cpu = {name: cpu_seconds([pid]) for name, pid in pids.items()}
     before_codes = stack_.codes() if stack_ else Counter()
+    before_machine = machine_ticks()
     run = h2load(h2load_bin, addr, body, rate, duration_s, args)
     cpu = {name: cpu_seconds([pid]) - before_cpu[name] for name, pid in pids.items()}
+    machine = machine_share(before_machine)
     codes = (stack_.codes() - before_codes) if stack_ else Counter({"OK": run["completed"]})
     answered = max(1, sum(codes.values()))
     lat = run["latencies_ms"]
@@ -223,6 +235,7 @@ def measure(h2load_bin: str, addr: str, body: Path, rate: float, duration_s: flo
         "p95": percentile(lat, 0.95), "p99": percentile(lat, 0.99), "max": max(lat, default=float("nan")),
         "codes": dict(codes), "http_errors": run["http_errors"],
         "cpu_ms_per_call": {name: seconds * 1000.0 / answered for name, seconds in cpu.items()},
+        "machine": machine,
     }
 
 
@@ -242,7 +255,7 @@ def passed(result: dict, open_streams: int) -> bool:
 
 
 HEADER = (f"{'what':<22} {'offered':>7} {'achieved':>8} {'p50':>6} {'p95':>6} {'p99':>6} {'max':>7} "
-          f"{'svc cpu ms/call':>15} {'stand-in':>8} {'redis':>6}  non-OK")
+          f"{'svc cpu ms/call':>15} {'stand-in':>8} {'redis':>6} {'stolen%':>7}  non-OK")
 
 
 def line(what: str, r: dict) -> str:
@@ -250,7 +263,7 @@ def line(what: str, r: dict) -> str:
     non_ok = ", ".join(f"{k} {v}" for k, v in sorted(r["codes"].items()) if k != "OK") or "-"
     return (f"{what:<22} {r['offered']:>7.0f} {r['achieved']:>8.1f} {r['p50']:>6.1f} {r['p95']:>6.1f} {r['p99']:>6.1f} "
             f"{r['max']:>7.1f} {cpu.get('service', 0.0):>15.3f} {cpu.get('stand-in', 0.0):>8.3f} "
-            f"{cpu.get('redis', 0.0):>6.3f}  {non_ok}")
+            f"{cpu.get('redis', 0.0):>6.3f} {r['machine']['steal_pct']:>7.1f}  {non_ok}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -260,6 +273,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget", type=int, default=2000, help="available_tokens (2000 binds; 0: everything fits)")
     parser.add_argument("--deadline-ms", type=float, default=45.0, help="grpc-timeout sent (0: none)")
     parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--arrivals", choices=ARRIVALS, default="staggered",
+                        help="staggered: each connection its own h2load clock, calls spread evenly; aligned: one "
+                             "h2load -c N, the connections' calls in bursts (bench/h2load_driver.py)")
     parser.add_argument("--step-from", type=float, default=300.0)
     parser.add_argument("--step", type=float, default=100.0)
     parser.add_argument("--no-step", action="store_true")
@@ -287,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
         measure(h2load_bin, services.grpc_addr, body, 100.0, 5.0, pids, args, services)  # warm-up
         print(f"one serve process, {len(answer.memories_used)} candidates ({reached} reached the packer, "
               f"{answer.memories_included} packed), available_tokens {args.budget}, grpc-timeout "
-              f"{args.deadline_ms:g} ms, {args.connections} connections, {args.duration:g} s a step\n{HEADER}", flush=True)
+              f"{args.deadline_ms:g} ms, {args.connections} connections ({args.arrivals}), {args.duration:g} s a step\n{HEADER}", flush=True)
         results = []
         for rate in args.rates:
             result = measure(h2load_bin, services.grpc_addr, body, rate, args.duration, pids, args, services)
