@@ -8,7 +8,12 @@ new one. That churn (a socket, a handshake, an exception and a close per call) i
 calls' deadlines need. The rules (``Circuit``, one per store, one event loop, no lock):
 
 * **closed** (the start): every call goes to Redis. A call that ends without Redis answering
-  (``settle(ticket, failure)`` with a description) **opens** the circuit. What counts: a
+  (``settle(ticket, failure)`` with a description) makes Redis **suspect**; a second such call
+  **opens** the circuit if it was admitted after the first one failed (``failures_to_open``, 2 by
+  default; 1 opens on the first). Calls in flight together when Redis went quiet, or when the
+  event loop stalled past their budgets (one busy stretch of the loop times out every GET waiting
+  in it, though Redis answered each in time), are one look at Redis, not several: only a call sent
+  after the first failure tells something new. Any answer clears the suspicion. What counts: a
   timeout (the call's own ``timeout_s`` or the socket backstop), a connection or transport error
   (refused, reset, TLS, authentication, ``LOADING``, a garbled reply), an unexpected exception,
   and a cancellation while the call was waiting for Redis. The last one matters most: the
@@ -25,6 +30,11 @@ calls' deadlines need. The rules (``Circuit``, one per store, one event loop, no
   cool-down is back to ``cooldown_s`` once the circuit closes. The probe's slot is freed whatever
   ends it: the store settles every admitted call in a ``finally``, and a cancelled probe is a
   failed one (it was waiting for Redis), so the circuit is open again, never stuck half-open.
+* **Why not open on the first failure**: on a busy process one stall of the event loop longer
+  than the 5 ms directive budget failed a GET that Redis had answered, opened the circuit, and
+  cost every uncached agent its directive for the cool-down (12 answers without their directive
+  in a 10 s fault-table row at 50 req/s, with Redis healthy). A hung Redis costs the confirmation
+  one more call's budget and connection.
 * **Stragglers**: a call admitted before the circuit opened may end after. Its failure only
   updates the last failure (the cool-down already runs, and only a probe doubles it); its answer
   closes the circuit (Redis answers after all: a busy event loop, not Redis, cost the failure).
@@ -58,10 +68,11 @@ DEFAULT_COOLDOWN_S = 0.25
 # keeps that within the 1 s target with room for the next call to arrive. The doubling still
 # halves the probes of a long outage, and of many processes reconnecting to a recovering Redis.
 DEFAULT_MAX_COOLDOWN_S = 0.5
+# Why 2: see "Why not open on the first failure" above; a third would only add a hung Redis's cost.
+DEFAULT_FAILURES_TO_OPEN = 2
 INTERRUPTED = "interrupted while waiting for Redis (the caller's deadline or cancellation)"
 
-Ticket = object  # what ``admit`` returns and ``settle`` takes back: the probe's own, or the shared one
-_REGULAR: Ticket = object()
+Ticket = object  # what ``admit`` returns and ``settle`` takes back: the probe's own, or a call's number
 
 
 def _ignore(_state: str) -> None:
@@ -76,6 +87,7 @@ class Circuit:
         *,
         cooldown_s: float = DEFAULT_COOLDOWN_S,
         max_cooldown_s: float = DEFAULT_MAX_COOLDOWN_S,
+        failures_to_open: int = DEFAULT_FAILURES_TO_OPEN,
         monotonic: Callable[[], float] = time.monotonic,
         on_change: Callable[[str], None] | None = None,
     ) -> None:
@@ -84,6 +96,12 @@ class Circuit:
                 raise ValueError(f"{name} must be a positive finite number of seconds, got {value!r}")
         if max_cooldown_s < cooldown_s:
             raise ValueError(f"max_cooldown_s ({max_cooldown_s!r}) must be >= cooldown_s ({cooldown_s!r})")
+        if isinstance(failures_to_open, bool) or not isinstance(failures_to_open, int) or failures_to_open < 1:
+            raise ValueError(f"failures_to_open must be a whole number >= 1, got {failures_to_open!r}")
+        self._failures_to_open = failures_to_open
+        self._admitted = 0  # calls admitted so far: a regular call's ticket is its number
+        self._first_suspect = 0  # while suspect: the number of the first call admitted after the last failure
+        self._failures = 0  # independent failures since the last answer (closed only)
         self._base_s = float(cooldown_s)
         self._max_s = float(max_cooldown_s)
         self._monotonic = monotonic
@@ -116,7 +134,8 @@ class Circuit:
             DirectiveStoreError: open and cooling down, or half-open with the probe in flight.
         """
         if self._state == CLOSED:
-            return _REGULAR
+            self._admitted += 1
+            return self._admitted
         if self._state == OPEN:
             left_s = self._open_until - self._monotonic()
             if left_s > 0:
@@ -131,11 +150,12 @@ class Circuit:
 
     def settle(self, ticket: Ticket, failure: str | None) -> None:
         """How an admitted call ended: ``None`` when Redis answered, else what failed (no key in it)."""
-        probe = ticket is not _REGULAR and ticket is self._probe
+        probe = self._probe is not None and ticket is self._probe
         if probe:
             self._probe = None
         if failure is None:
             self._cooldown_s = self._base_s
+            self._failures = 0
             if self._state != CLOSED:
                 self._probe = None  # a straggler's answer: the probe in flight, if any, is a regular call now
                 self._enter(CLOSED)
@@ -143,11 +163,20 @@ class Circuit:
         self._last_failure = failure
         if probe:
             self._open(min(self._max_s, 2.0 * self._cooldown_s))
-        elif self._state == CLOSED:
-            self._open(self._base_s)
-        # else: admitted before the circuit opened; the cool-down already runs (only a probe extends it)
+        elif self._state == CLOSED and self._independent(ticket):
+            self._failures += 1
+            self._first_suspect = self._admitted + 1
+            if self._failures >= self._failures_to_open:
+                self._open(self._base_s)
+        # else: in flight with a failure already counted, or admitted before the circuit opened
+        # (the cool-down already runs, and only a probe extends it)
+
+    def _independent(self, ticket: Ticket) -> bool:
+        """A closed call's failure is news unless the call was in flight when the last one failed."""
+        return self._failures == 0 or (isinstance(ticket, int) and ticket >= self._first_suspect)
 
     def _open(self, cooldown_s: float) -> None:
+        self._failures = 0
         self._cooldown_s = cooldown_s
         self._open_until = self._monotonic() + cooldown_s
         self._enter(OPEN)

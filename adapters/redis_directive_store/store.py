@@ -17,9 +17,9 @@ timeout) belong to a different world than a 5 ms directive branch. Here:
 Fail fast while Redis is failing (``circuit``: the rules and why its values). Without it a hung
 Redis costs every uncached read its whole budget and a connection (opened, interrupted, closed),
 CPU that other calls' deadlines need. Every GET and PING is admitted by the store's circuit breaker
-first: after a call that ended without Redis answering (a timeout, a connection or transport
-error, or a cancellation while it waited for Redis: the retrieval branch's own bound expires
-first) calls are refused at once for a cool-down (250 ms, doubled after each failed probe up to
+first: after two calls, the second sent after the first failed, that ended without Redis answering
+(a timeout, a connection or transport error, or a cancellation while it waited for Redis: the
+retrieval branch's own bound expires first) calls are refused at once for a cool-down (250 ms, doubled after each failed probe up to
 500 ms), with a ``DirectiveStoreError`` naming the state and the last failure (never a key: the
 message reaches other tenants' callers), touching neither the pool nor the network; then one call
 at a time probes, and its answer closes the circuit. A miss, a malformed value or an error reply
@@ -43,8 +43,9 @@ credentials in the URL authenticate to the master, ``sentinel_username`` / ``sen
 options to the sentinels; TLS options as for ``rediss://``. Every connection (re)opened asks the
 sentinels, in order, for the current master, so after a failover the next call connects to the
 new master; the old master's connections are closed by Sentinel itself (``CLIENT KILL``) when it
-is demoted, and ``_exchange`` drops any connection that failed mid-call (such a failure opens the
-circuit: the first read on the new master is a probe, a cool-down later). The pool is the same
+is demoted, and ``_exchange`` drops any connection that failed mid-call (one such failure leaves
+the circuit closed, and the next read, on a new connection to the new master, answers: the
+circuit opens only if that read fails too). The pool is the same
 bounded blocking pool with no retries; sentinel queries use the same socket backstop.
 """
 

@@ -261,7 +261,7 @@ async def test_the_directive_circuit_is_counted_and_its_opening_and_closing_logg
     private_redis: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Through the composition root, the clock overridden: a directive GET held at the proxy runs
-    out the branch budget (the store sees the branch's cancellation), the circuit opens, the next
+    out the branch budget (the store sees the branch's cancellation), twice, and the circuit opens; the next
     call's directive fails fast without reaching Redis, a failed probe re-opens it (no second
     warning), and a probe answered closes it and serves the directive again."""
     probe = redis_asyncio.from_url(private_redis.url)
@@ -284,6 +284,8 @@ async def test_the_directive_circuit_is_counted_and_its_opening_and_closing_logg
         assert circuit_sample(app, "open") == 0
         proxy.hold_gets(f"{ORG}:directive:{AGENT}")
         assert (await directive_branch())[0] == "timeout"
+        assert circuit_sample(app, "open") == 0  # one failure: suspect, still closed
+        assert (await directive_branch())[0] == "timeout"  # sent after the first failed: confirms it
         assert circuit_sample(app, "open") == 1 and circuit_sample(app, "transitions_total", "open") == 1
         commands = proxy.commands
         outcome, detail = await directive_branch()

@@ -53,11 +53,12 @@ class Harness:
         return self.proxy.accepted, self.proxy.commands
 
     async def open_by_a_held_get(self) -> None:
-        """Hold KEY's GETs and let one time out: the circuit opens."""
+        """Hold KEY's GETs and let two time out, one after the other: the circuit opens."""
         self.proxy.hold_gets(KEY)
-        with pytest.raises(DirectiveStoreTimeoutError):
-            await self.get(SHORT_S)
-        assert self.store.circuit.state == OPEN
+        for state in (CLOSED, OPEN):  # the first makes Redis suspect, the second (sent after it) confirms
+            with pytest.raises(DirectiveStoreTimeoutError):
+                await self.get(SHORT_S)
+            assert self.store.circuit.state == state
 
     async def refused_fast(self, agent: str = AGENT) -> DirectiveStoreError:
         """A call refused by the circuit, asserted not to have reached the proxy."""
@@ -176,11 +177,35 @@ async def test_a_call_cancelled_by_its_callers_bound_opens_the_circuit(harness: 
     set before the store's, so the store sees a cancellation, not its own timeout."""
     assert await harness.get() == "mine"
     harness.proxy.hold_gets(KEY)
-    with pytest.raises(TimeoutError):
-        async with asyncio.timeout(SHORT_S):
-            await harness.get(LONG_S)
-    assert harness.store.circuit.state == OPEN and harness.states == [OPEN]
+    for state in (CLOSED, OPEN):
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(SHORT_S):
+                await harness.get(LONG_S)
+        assert harness.store.circuit.state == state
+    assert harness.states == [OPEN]
+    assert "interrupted while waiting for Redis" in harness.store.circuit.last_failure
     await harness.refused_fast()
+
+
+async def test_gets_in_flight_together_when_redis_goes_quiet_count_once_and_an_answer_clears_them(
+    harness: Harness
+) -> None:
+    """What a stall of the event loop looks like to the circuit: every GET waiting at that moment
+    fails at once. They are one look at Redis; an answer after them closes the question."""
+    assert await harness.get() == "mine"
+    harness.proxy.hold_gets(KEY)
+    held = harness.proxy.held_gets
+    together = [asyncio.ensure_future(harness.get(LONG_S)) for _ in range(3)]
+    await harness.proxy.wait_for(lambda: harness.proxy.held_gets == held + 3, "three GETs held at the proxy")
+    for call in together:
+        call.cancel()
+    results = await asyncio.gather(*together, return_exceptions=True)
+    assert all(isinstance(r, asyncio.CancelledError) for r in results), results
+    assert harness.store.circuit.state == CLOSED and harness.states == []
+    assert await harness.get(agent=OTHER_AGENT) == "other"  # Redis answers: not suspect any more
+    with pytest.raises(DirectiveStoreTimeoutError):
+        await harness.get(SHORT_S)
+    assert harness.store.circuit.state == CLOSED and harness.states == []
 
 
 async def test_a_miss_a_malformed_value_an_error_reply_or_bad_ids_never_open_the_circuit(
@@ -223,10 +248,12 @@ async def test_a_lost_connection_and_refused_reconnects_open_the_circuit_as_an_e
     finally:
         await admin.aclose()
     await harness.proxy.wait_for(lambda: harness.proxy.open_links == 0, "the pooled connection closed")
-    with pytest.raises(DirectiveStoreError) as excinfo:
-        await harness.get()
-    assert not isinstance(excinfo.value, DirectiveStoreTimeoutError), excinfo.value
-    assert harness.store.circuit.state == OPEN and harness.store.circuit.last_failure.startswith("ConnectionError")
+    for state in (CLOSED, OPEN):  # the lost connection, then a reconnect refused
+        with pytest.raises(DirectiveStoreError) as excinfo:
+            await harness.get()
+        assert not isinstance(excinfo.value, DirectiveStoreTimeoutError), excinfo.value
+        assert harness.store.circuit.state == state
+        assert harness.store.circuit.last_failure.startswith("ConnectionError")
     refused = harness.proxy.refused
     await harness.refused_fast()
     assert harness.proxy.refused == refused  # not even a refused connection attempt
@@ -264,22 +291,27 @@ async def test_a_hung_redis_server_opens_the_circuit_and_no_call_opens_a_connect
         assert private_redis.process is not None
         private_redis.process.send_signal(signal.SIGSTOP)
         stopped[0] = True
-        with pytest.raises(DirectiveStoreTimeoutError):  # the GET is written, nothing answers
-            await store.get(ORG, AGENT, timeout_s=SHORT_S)
-        assert store.circuit.state == OPEN and states == [OPEN]
+        for state in (CLOSED, OPEN):
+            # The GET is written, nothing answers; the second on a new connection (the kernel
+            # accepts it into the backlog), which confirms the first.
+            with pytest.raises(DirectiveStoreTimeoutError):
+                await store.get(ORG, AGENT, timeout_s=SHORT_S)
+            assert store.circuit.state == state
+        assert states == [OPEN]
         for _ in range(5):
             with pytest.raises(DirectiveStoreError, match="circuit open") as excinfo:
                 await store.get(ORG, AGENT, timeout_s=SHORT_S)
             assert not isinstance(excinfo.value, DirectiveStoreTimeoutError)
         private_redis.process.send_signal(signal.SIGCONT)
         stopped[0] = False
-        # Connections the store had opened while Redis was stopped would wait in the backlog and
-        # be counted now: none was (the interrupted GET's own connection predates the stop).
-        assert (await admin.info("stats"))["total_connections_received"] == received
+        # Connections the store had opened while Redis was stopped waited in the backlog and are
+        # counted now: only the confirming GET's (the first GET's connection predates the stop),
+        # none during the cool-down.
+        assert (await admin.info("stats"))["total_connections_received"] == received + 1
         clock.advance(DEFAULT_COOLDOWN_S)
         assert (await store.get(ORG, AGENT, timeout_s=LONG_S)).content == "mine"
         assert states == [OPEN, HALF_OPEN, CLOSED]
-        assert (await admin.info("stats"))["total_connections_received"] == received + 1  # the probe's
+        assert (await admin.info("stats"))["total_connections_received"] == received + 2  # the probe's
     finally:
         await store.close()
         await admin.aclose()

@@ -9,7 +9,7 @@ from redis import exceptions as redis_exceptions
 
 from adapters.redis_directive_store import RedisDirectiveStore
 from adapters.redis_directive_store.circuit import (
-    CLOSED, DEFAULT_COOLDOWN_S, DEFAULT_MAX_COOLDOWN_S, HALF_OPEN, INTERRUPTED, OPEN, Circuit,
+    CLOSED, DEFAULT_COOLDOWN_S, DEFAULT_FAILURES_TO_OPEN, DEFAULT_MAX_COOLDOWN_S, HALF_OPEN, INTERRUPTED, OPEN, Circuit,
 )
 from ports.errors import DirectiveStoreError, DirectiveStoreTimeoutError
 from tests.fakes.clock import FixedClock
@@ -19,6 +19,13 @@ def circuit(clock: FixedClock, states: list[str], **options: float) -> Circuit:
     return Circuit(monotonic=clock.monotonic, on_change=states.append, **options)
 
 
+def fail_twice(breaker: Circuit, failure: str) -> None:
+    """Two failed calls, the second sent after the first failed: what opens a closed circuit."""
+    breaker.settle(breaker.admit(), failure)
+    assert breaker.state == CLOSED  # one look at Redis: suspect, not open
+    breaker.settle(breaker.admit(), failure)
+
+
 def refused(breaker: Circuit) -> DirectiveStoreError:
     with pytest.raises(DirectiveStoreError) as excinfo:
         breaker.admit()
@@ -26,19 +33,19 @@ def refused(breaker: Circuit) -> DirectiveStoreError:
     return excinfo.value
 
 
-def test_the_defaults_are_a_quarter_second_doubled_once() -> None:
-    assert (DEFAULT_COOLDOWN_S, DEFAULT_MAX_COOLDOWN_S) == (0.25, 0.5)
+def test_the_defaults_are_a_quarter_second_doubled_once_after_two_failures() -> None:
+    assert (DEFAULT_COOLDOWN_S, DEFAULT_MAX_COOLDOWN_S, DEFAULT_FAILURES_TO_OPEN) == (0.25, 0.5, 2)
     breaker = Circuit()
     assert (breaker.state, breaker.cooldown_s, breaker.last_failure) == (CLOSED, 0.25, "")
 
 
-def test_answers_keep_it_closed_and_a_failure_opens_it_for_the_cool_down() -> None:
+def test_answers_keep_it_closed_and_two_failures_in_a_row_open_it_for_the_cool_down() -> None:
     clock, states = FixedClock(), []
     breaker = circuit(clock, states)
     for _ in range(3):
         breaker.settle(breaker.admit(), None)
     assert breaker.state == CLOSED and states == []
-    breaker.settle(breaker.admit(), "no answer within 5 ms")
+    fail_twice(breaker, "no answer within 5 ms")
     assert breaker.state == OPEN and states == [OPEN]
     clock.advance(0.1)
     error = refused(breaker)
@@ -49,10 +56,52 @@ def test_answers_keep_it_closed_and_a_failure_opens_it_for_the_cool_down() -> No
     assert states == [OPEN]
 
 
+def test_failures_of_calls_in_flight_together_are_one_look_at_redis() -> None:
+    # One stall of the event loop times out every GET waiting in it, though Redis answered each:
+    # only a call sent after the first failure can confirm that Redis itself is failing.
+    clock, states = FixedClock(), []
+    breaker = circuit(clock, states)
+    together = [breaker.admit() for _ in range(5)]
+    for ticket in together:
+        breaker.settle(ticket, "no answer within 5 ms")
+    assert breaker.state == CLOSED and states == []
+    assert breaker.last_failure == "no answer within 5 ms"
+    breaker.settle(breaker.admit(), "no answer within 5 ms")  # sent after them, failed too
+    assert breaker.state == OPEN and states == [OPEN]
+
+
+def test_an_answer_clears_the_suspicion() -> None:
+    clock, states = FixedClock(), []
+    breaker = circuit(clock, states)
+    breaker.settle(breaker.admit(), "timeout")
+    breaker.settle(breaker.admit(), None)  # Redis answers: the failure was not Redis
+    breaker.settle(breaker.admit(), "timeout")  # a first failure again
+    assert breaker.state == CLOSED
+    in_flight = breaker.admit()
+    breaker.settle(in_flight, None)
+    breaker.settle(breaker.admit(), "timeout")
+    assert breaker.state == CLOSED and states == []
+    breaker.settle(breaker.admit(), "timeout")
+    assert breaker.state == OPEN and states == [OPEN]
+
+
+def test_one_failure_to_open_opens_on_the_first() -> None:
+    clock, states = FixedClock(), []
+    breaker = circuit(clock, states, failures_to_open=1)
+    breaker.settle(breaker.admit(), "timeout")
+    assert breaker.state == OPEN and states == [OPEN]
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 1.5, "2"])
+def test_a_bad_failure_count_is_refused_by_name(value: object) -> None:
+    with pytest.raises(ValueError, match="failures_to_open must be a whole number >= 1"):
+        Circuit(failures_to_open=value)  # type: ignore[arg-type]
+
+
 def test_one_probe_after_the_cool_down_and_its_answer_closes_the_circuit() -> None:
     clock, states = FixedClock(), []
     breaker = circuit(clock, states)
-    breaker.settle(breaker.admit(), "ConnectionError: refused")
+    fail_twice(breaker, "ConnectionError: refused")
     clock.advance(0.25)
     probe = breaker.admit()
     assert breaker.state == HALF_OPEN
@@ -68,7 +117,7 @@ def test_one_probe_after_the_cool_down_and_its_answer_closes_the_circuit() -> No
 def test_each_failed_probe_doubles_the_cool_down_up_to_the_cap_and_an_answer_resets_it() -> None:
     clock, states = FixedClock(), []
     breaker = circuit(clock, states, cooldown_s=0.125, max_cooldown_s=0.5)  # binary fractions: exact sums
-    breaker.settle(breaker.admit(), "first")
+    fail_twice(breaker, "first")
     seen = [breaker.cooldown_s]
     for _ in range(4):
         clock.advance(breaker.cooldown_s / 2)
@@ -81,7 +130,7 @@ def test_each_failed_probe_doubles_the_cool_down_up_to_the_cap_and_an_answer_res
     clock.advance(0.5)
     breaker.settle(breaker.admit(), None)
     assert breaker.state == CLOSED and breaker.cooldown_s == 0.125
-    breaker.settle(breaker.admit(), "again")
+    fail_twice(breaker, "again")
     assert breaker.cooldown_s == 0.125  # a new episode starts from the first cool-down
     assert states == [OPEN] + [HALF_OPEN, OPEN] * 4 + [HALF_OPEN, CLOSED, OPEN]
 
@@ -89,27 +138,29 @@ def test_each_failed_probe_doubles_the_cool_down_up_to_the_cap_and_an_answer_res
 def test_a_call_admitted_before_the_circuit_opened_does_not_extend_the_cool_down() -> None:
     clock, states = FixedClock(), []
     breaker = circuit(clock, states)
-    first, second = breaker.admit(), breaker.admit()
-    breaker.settle(first, "first failure")
+    breaker.settle(breaker.admit(), "first failure")
+    second, third = breaker.admit(), breaker.admit()
+    breaker.settle(second, "second failure")  # opens
     clock.advance(0.2)
-    breaker.settle(second, "second failure")
-    assert breaker.last_failure == "second failure" and breaker.cooldown_s == 0.25
+    breaker.settle(third, "third failure")
+    assert breaker.last_failure == "third failure" and breaker.cooldown_s == 0.25
     clock.advance(0.05)
-    breaker.admit()  # the cool-down counted from the first failure: probing now
+    breaker.admit()  # the cool-down counted from the second failure: probing now
     assert states == [OPEN, HALF_OPEN]
 
 
 def test_a_straggler_answer_closes_the_circuit_and_the_probe_then_counts_as_a_regular_call() -> None:
     clock, states = FixedClock(), []
     breaker = circuit(clock, states)
-    straggler, early = breaker.admit(), breaker.admit()
-    breaker.settle(early, "timeout")
+    straggler = breaker.admit()
+    fail_twice(breaker, "timeout")
     clock.advance(0.25)
     probe = breaker.admit()
     breaker.settle(straggler, None)  # Redis answered a call sent before the circuit opened
     assert breaker.state == CLOSED
-    breaker.admit()  # closed: calls go through
-    breaker.settle(probe, "timeout")  # no longer the probe: a first failure, the first cool-down
+    breaker.settle(probe, "timeout")  # no longer the probe: a first failure of a closed circuit
+    assert breaker.state == CLOSED
+    breaker.settle(breaker.admit(), "timeout")  # the second, sent after it: the first cool-down
     assert breaker.state == OPEN and breaker.cooldown_s == 0.25
     assert states == [OPEN, HALF_OPEN, CLOSED, OPEN]
 
@@ -117,7 +168,7 @@ def test_a_straggler_answer_closes_the_circuit_and_the_probe_then_counts_as_a_re
 def test_an_old_probe_ending_during_a_later_probe_leaves_the_later_one_in_charge() -> None:
     clock, states = FixedClock(), []
     breaker = circuit(clock, states)
-    breaker.settle(breaker.admit(), "timeout")
+    fail_twice(breaker, "timeout")
     clock.advance(0.25)
     old_probe = breaker.admit()
     breaker.settle(old_probe, "timeout")  # re-opened, 500 ms
@@ -137,7 +188,7 @@ def test_a_raising_hook_never_leaves_the_probe_slot_taken() -> None:
         raise RuntimeError("metrics broke")
 
     breaker = Circuit(monotonic=clock.monotonic, on_change=hook)
-    breaker.settle(breaker.admit(), "timeout")
+    fail_twice(breaker, "timeout")
     clock.advance(0.25)
     probe = breaker.admit()
     assert breaker.state == HALF_OPEN
@@ -185,11 +236,13 @@ async def test_the_store_keeps_only_tenant_free_failure_texts_and_an_error_reply
 ) -> None:
     client = _FailingClient(error)
     store = RedisDirectiveStore(client, monotonic=FixedClock().monotonic)  # type: ignore[arg-type]
-    with pytest.raises(DirectiveStoreError):
-        await store.ping(timeout_s=1.0)
-    assert (store.circuit.state, store.circuit.last_failure) == ((OPEN, kept) if opens else (CLOSED, ""))
+    for _ in range(2):  # the second failure, sent after the first, opens the circuit
+        with pytest.raises(DirectiveStoreError):
+            await store.ping(timeout_s=1.0)
+        assert store.circuit.last_failure == kept
+    assert store.circuit.state == (OPEN if opens else CLOSED)
     if opens:
         with pytest.raises(DirectiveStoreError, match="circuit open"):
             await store.ping(timeout_s=1.0)
-        assert client.pings == 1  # refused without asking the client
+        assert client.pings == 2  # refused without asking the client
     await store.close()
