@@ -37,7 +37,10 @@ any UNAVAILABLE, every sampled call during the drain delay OK, nothing but OK or
 the stop, no call the service logs as failed from SIGTERM to its exit, exit code 0. ``overload``
 (only with ``--only``: it saturates the machine): 2x capacity for ``--duration`` seconds between
 3 s at half capacity before and after; OK answers/s >= 90% of capacity, p99 of OK answers < 40 ms,
-refused calls (RESOURCE_EXHAUSTED) answered in < 5 ms, p99 back to normal within 1 s.
+refused calls (RESOURCE_EXHAUSTED) answered in < 5 ms, p99 back to normal within 1 s; then the
+same drive against the canned floor server (``bench.floor_server``, the service's own answer
+bytes), whose sampled p50/p99 say what the transport and the drivers alone give at that load
+(``--no-floor`` skips it).
 
     .venv/bin/python -m bench.faults [--only ROW[,ROW]|all] [--duration 10] [--rate 50] [--capacity 100]
         [--deadline-ms 45] [--sample-rate 5] [--json PATH] [--markdown PATH] [--logs DIR] [--env KEY=VALUE ...]
@@ -71,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import grpc
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -80,12 +84,14 @@ from bench.load import (
     cpu_seconds,
     ensure_h2load,
     extra_env,
+    floor_server,
     grpc_frame,
     machine_share,
     machine_ticks,
     percentile,
 )
 from contracts.ibex.context.v1 import context_pb2 as pb
+from contracts.ibex.context.v1 import context_pb2_grpc as pb_grpc
 from entrypoints.settings import Settings
 from tests.support.memory_server import MemoryServerProcess
 from tests.support.redis_server import RedisServer, free_port
@@ -256,6 +262,13 @@ class Serve:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
+
+
+def answer_bytes(stack: Stack, serve: Serve) -> bytes:
+    """The serialized answer the service gives the benchmark's request (the floor's canned bytes)."""
+    request = pb.AssembleContextRequest.FromString(stack.request_file.read_bytes())
+    with grpc.insecure_channel(serve.grpc_addr) as channel:
+        return pb_grpc.ContextAssemblyServiceStub(channel).AssembleContext(request, timeout=5).SerializeToString()
 
 
 def start_serve(stack: Stack, name: str, env: dict[str, str]) -> Serve:
@@ -737,36 +750,83 @@ def keep_log(serve: Any, folder: str | None) -> None:
         shutil.copy(serve.log, Path(folder) / serve.log.name)
 
 
-def run_overload(stack: Stack) -> dict[str, Any]:
-    """2x capacity for ``--duration`` s between 3 s at half capacity before and after."""
+@attrs.frozen
+class Surge:
+    """One drive of the overload pattern: half capacity, 2x for ``--duration`` s, half again."""
+
+    start: float  # the sampled client's first due time (epoch s)
+    sampled: dict[str, Any]
+    steady: dict[str, Any]  # h2load at half capacity, the whole pattern
+    surge: dict[str, Any]  # h2load adding the other 1.5x, the overload only
+    at_surge: Any  # what ``scrape`` returned when the surge started, and when it ended
+    at_end: Any
+    surge_scraped: float
+    end_scraped: float
+    machine: dict[str, float]
+
+
+def drive_surge(stack: Stack, addr: str, scrape: Callable[[], Any]) -> Surge:
     args = stack.args
     half, over = args.capacity / 2, args.capacity * 2
     sample_rate = max(args.sample_rate, 0.05 * over)
     edge, total = OVERLOAD_EDGE_S, OVERLOAD_EDGE_S * 2 + args.duration
+    ticks = machine_ticks()
+    start = time.time() + 1.0
+    sampler = Sampler.start(stack, addr, sample_rate, start, total)
+    wait_until(start)
+    steady = H2load.start(stack, addr, half - sample_rate, total, stack.h2load_log("steady"))
+    wait_until(start + edge)
+    surge = H2load.start(stack, addr, over - half, args.duration, stack.h2load_log("surge"))
+    at_surge, surge_scraped = scrape(), time.time()
+    surge_result = surge.result(args.duration + 60)
+    at_end, end_scraped = scrape(), time.time()
+    steady_result = steady.result(total + 60)
+    sampled = sampler.result(total + 30)
+    return Surge(start, sampled, steady_result, surge_result, at_surge, at_end, surge_scraped, end_scraped,
+                 machine_share(ticks))
+
+
+def floor_surge(stack: Stack, response: Path) -> dict[str, Any]:
+    """The same overload pattern against a canned grpc.aio server answering ``response``'s bytes:
+    what the transport, the drivers and the sampled client alone give at that load, to read the
+    service's figures against (the floor of "OK p99 < 40 ms" and "refused in < 5 ms")."""
+    args = stack.args
+    with floor_server(response, None, args) as (addr, _pid):
+        h2load_run(stack, addr, args.capacity / 2, max(1.0, args.warmup))
+        run = drive_surge(stack, addr, lambda: None)
+    edge = OVERLOAD_EDGE_S
+    during = [c for c in run.sampled["calls"] if run.start + edge <= c[0] < run.start + edge + args.duration]
+    ok = [c[1] for c in during if c[2] == "OK"]
+    surge_all = [r[2] for r in run.surge["rows"] if r[1] == 200]
+    return {"sampled_codes": dict(Counter(c[2] for c in during)), "ok_p50_ms": percentile(ok, 0.5),
+            "ok_p99_ms": percentile(ok, 0.99), "h2load_surge_p50_ms": percentile(surge_all, 0.5),
+            "h2load_surge_p99_ms": percentile(surge_all, 0.99), "machine": run.machine}
+
+
+def run_overload(stack: Stack) -> dict[str, Any]:
+    """2x capacity for ``--duration`` s between 3 s at half capacity before and after; then the
+    same against the canned floor (``--no-floor``: not)."""
+    args = stack.args
+    half, over = args.capacity / 2, args.capacity * 2
+    sample_rate = max(args.sample_rate, 0.05 * over)
+    edge = OVERLOAD_EDGE_S
     serve = start_serve(stack, "overload", {})
     try:
         warm_up(stack, serve, half)
-        rss_before, before, ticks = serve.rss_kib(), serve.metrics(), machine_ticks()
-        start = time.time() + 1.0
-        sampler = Sampler.start(stack, serve.grpc_addr, sample_rate, start, total)
-        wait_until(start)
-        steady = H2load.start(stack, serve.grpc_addr, half - sample_rate, total, stack.h2load_log("steady"))
-        wait_until(start + edge)
-        surge = H2load.start(stack, serve.grpc_addr, over - half, args.duration, stack.h2load_log("surge"))
-        at_surge = serve.metrics()
-        surge_scraped = time.time()
-        surge_result = surge.result(args.duration + 60)
-        at_end = serve.metrics()
-        end_scraped = time.time()
-        steady_result = steady.result(total + 60)
-        sampled = sampler.result(total + 30)
-        machine = machine_share(ticks)
+        answer = stack.folder / "overload-answer.bin"
+        answer.write_bytes(answer_bytes(stack, serve))
+        rss_before, before = serve.rss_kib(), serve.metrics()
+        run = drive_surge(stack, serve.grpc_addr, serve.metrics)
+        start, sampled, steady_result, surge_result = run.start, run.sampled, run.steady, run.surge
+        at_surge, at_end, surge_scraped, end_scraped, machine = (run.at_surge, run.at_end, run.surge_scraped,
+                                                                 run.end_scraped, run.machine)
         time.sleep(0.5)
         after = serve.metrics()
         rss_after = serve.rss_kib()
     finally:
         serve.stop()
     keep_log(serve, args.logs)
+    floor = None if args.no_floor else floor_surge(stack, answer)
     overload_from, overload_to = start + edge, start + edge + args.duration
     calls = sampled["calls"]
     pre = [c for c in calls if c[0] < overload_from]
@@ -796,7 +856,7 @@ def run_overload(stack: Stack) -> dict[str, Any]:
         "h2load_surge": {"p50_ms": percentile(surge_all, 0.5), "p99_ms": percentile(surge_all, 0.99),
                          "summary": surge_result["summary"]},
         "h2load_steady_summary": steady_result["summary"],
-        "recovery_s": recovery_s, "machine": machine,
+        "recovery_s": recovery_s, "machine": machine, "floor": floor,
         "timeline": timeline(steady_result["rows"] + surge_result["rows"], calls, start),
         "rss_before_mib": rss_before / 1024, "rss_after_mib": rss_after / 1024,
         "rss_growth_pct": 100.0 * (rss_after - rss_before) / rss_before,
@@ -850,8 +910,8 @@ def table_line(r: dict[str, Any], *, notes: bool = True) -> str:
 
 OVERLOAD_HEADER = ("| capacity | offered | OK answers/s (share) | codes during the overload | OK p50 / p99 ms (sampled) "
                    "| refused p50 / p99 / max ms | h2load surge p50 / p99 ms | back to normal after | RSS growth "
-                   "| machine busy / stolen | verdict |\n"
-                   "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
+                   "| machine busy / stolen | canned floor: OK p50 / p99 ms (sampled), h2load surge p99 ms | verdict |\n"
+                   "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
 
 
 def overload_line(r: dict[str, Any]) -> str:
@@ -862,7 +922,13 @@ def overload_line(r: dict[str, Any]) -> str:
             f"{_ms(s['refused_p50_ms'])} / {_ms(s['refused_p99_ms'])} / {_ms(s['refused_max_ms'])} ({s['refused']}) | "
             f"{_ms(r['h2load_surge']['p50_ms'])} / {_ms(r['h2load_surge']['p99_ms'])} | {r['recovery_s']:.2f} s "
             f"(normal: p99 <= {s['normal_p99_ms']:.1f} ms) | {r['rss_growth_pct']:+.1f}% | "
-            f"{r['machine']['busy_pct']:.0f}% / {r['machine']['steal_pct']:.0f}% | {verdict} |")
+            f"{r['machine']['busy_pct']:.0f}% / {r['machine']['steal_pct']:.0f}% | {_floor(r['floor'])} | {verdict} |")
+
+
+def _floor(floor: dict[str, Any] | None) -> str:
+    if floor is None:
+        return "-"
+    return f"{_ms(floor['ok_p50_ms'])} / {_ms(floor['ok_p99_ms'])}, {_ms(floor['h2load_surge_p99_ms'])}"
 
 
 def tree_version() -> str:
@@ -907,6 +973,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fault-at", type=float, default=2.0, help="seconds into a row the fault starts")
     parser.add_argument("--clear-before", type=float, default=3.0, help="seconds before a row's end the fault ends")
     parser.add_argument("--drain-delay", type=float, default=2.0, help="IBEX_CONTEXT_DRAIN_DELAY of the sigterm row")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="overload: skip the same drive against the canned floor server")
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--arrivals", choices=ARRIVALS, default="staggered",
                         help="staggered: each connection its own h2load clock, calls spread evenly; aligned: one "

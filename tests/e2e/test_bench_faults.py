@@ -46,3 +46,22 @@ def test_fault_rows_run_and_account_for_every_call(tmp_path: Path) -> None:
     markdown = table.read_text()
     assert markdown in done.stdout
     assert all(f"| {name} |" in markdown for name in rows)
+
+
+def test_the_overload_row_runs_and_drives_the_canned_floor_the_same_way(tmp_path: Path) -> None:
+    # A low capacity (20 -> 80 req/s) and a short surge: the shape of the row, not its targets.
+    out = tmp_path / "overload.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.faults", "--only", "overload", "--capacity", "40", "--duration", "3",
+         "--warmup", "0.5", "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["row"] == "overload" and row["verdict"] in ("PASS", "FAIL")
+    assert sum(row["codes_during"].values()) > 0 and math.isfinite(row["ok_per_s"])
+    floor = row["floor"]
+    assert floor["sampled_codes"].get("OK", 0) > 0  # the canned server answers the sampled client
+    for value in (floor["ok_p50_ms"], floor["ok_p99_ms"], floor["h2load_surge_p99_ms"]):
+        assert math.isfinite(value) and value >= 0
+    line = next(text for text in done.stdout.splitlines() if text.startswith("| 40 | 80 |"))
+    assert line.count("|") == 13  # 12 cells, the floor's among them
