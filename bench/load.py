@@ -22,12 +22,16 @@ Floors in the same run, at the same rate, with the same driver, as ratios:
 * I/O only: the same server doing an assembly's I/O first (the Redis GET and the two memory calls
   to the same stand-in, with the plain libraries), then the same bytes.
 
+With ``--rounds N`` the service and the floors are measured in turn N times at each rate, and the
+median of the N ratios is printed with their range: on a machine whose hypervisor steals a
+varying share of the time, a ratio from adjacent steps is steadier than one of a single round.
+
 Per step: offered and achieved rate, p50/p95/p99/max (from h2load's per-request log), service CPU
 ms per call (``/proc/<pid>/stat`` of the serve process), the stand-in's and Redis's CPU per call,
 and answers by code. The step-up reports the highest rate with p99 < 40 ms and no errors.
 
     .venv/bin/python -m bench.load [--rates 300 500] [--duration 20] [--budget 2000] [--deadline-ms 45]
-        [--step-from 300 --step 100] [--no-step] [--no-floors] [--connections 4] [--arrivals staggered|aligned]
+        [--step-from 300 --step 100] [--no-step] [--no-floors] [--rounds 1] [--connections 4] [--arrivals staggered|aligned]
         [--corpus varied|narrow]
         [--env KEY=VALUE ...]
 """
@@ -39,6 +43,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -280,6 +285,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--step", type=float, default=100.0)
     parser.add_argument("--no-step", action="store_true")
     parser.add_argument("--no-floors", action="store_true")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="service and floors measured this many times in turn at each rate (the median ratio is printed)")
     parser.add_argument("--memories", type=int, default=200)
     parser.add_argument("--corpus", choices=CORPORA, default="varied",
                         help="the stand-in's memory texts (tests/support/memory_server/demo_corpus.py)")
@@ -288,6 +295,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="an environment variable for the serve process (repeatable), e.g. OTEL_EXPORTER_OTLP_ENDPOINT=...")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     h2load_bin = ensure_h2load()
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="ibex-load-") as folder:
         services = Stack(stack, args)
@@ -304,19 +313,27 @@ def main(argv: list[str] | None = None) -> None:
         print(f"one serve process, {len(answer.memories_used)} candidates ({reached} reached the packer, "
               f"{answer.memories_included} packed), available_tokens {args.budget}, grpc-timeout "
               f"{args.deadline_ms:g} ms, {args.connections} connections ({args.arrivals}), {args.duration:g} s a step\n{HEADER}", flush=True)
-        results = []
+        floors: list[tuple[str, str, dict[str, int]]] = []  # (label, address, pids) of each floor server
+        if not args.no_floors:
+            for label, io in (("floor: canned", None), ("floor: I/O only", services)):
+                addr, pid = stack.enter_context(floor_server(response, io, args))
+                floor_pids = {"service": pid, "stand-in": pids["stand-in"], "redis": pids["redis"]}
+                measure(h2load_bin, addr, body, 100.0, 3.0, floor_pids, args)  # warm-up
+                floors.append((label, addr, floor_pids))
         for rate in args.rates:
-            result = measure(h2load_bin, services.grpc_addr, body, rate, args.duration, pids, args, services)
-            results.append(result)
-            print(line("service", result), flush=True)
-            if not args.no_floors:
-                for label, io in (("floor: canned", None), ("floor: I/O only", services)):
-                    with floor_server(response, io, args) as (addr, pid):
-                        floor_pids = {"service": pid, "stand-in": pids["stand-in"], "redis": pids["redis"]}
-                        measure(h2load_bin, addr, body, 100.0, 3.0, floor_pids, args)  # warm-up
-                        floor = measure(h2load_bin, addr, body, rate, args.duration, floor_pids, args)
+            ratios: dict[str, list[float]] = {label: [] for label, _, _ in floors}
+            for _ in range(args.rounds):  # each round: the service, then each floor, one after the other
+                result = measure(h2load_bin, services.grpc_addr, body, rate, args.duration, pids, args, services)
+                print(line("service", result), flush=True)
+                for label, addr, floor_pids in floors:
+                    floor = measure(h2load_bin, addr, body, rate, args.duration, floor_pids, args)
                     ratio = result["cpu_ms_per_call"]["service"] / max(1e-9, floor["cpu_ms_per_call"]["service"])
+                    ratios[label].append(ratio)
                     print(line(label, floor) + f"   service / floor = {ratio:.2f}", flush=True)
+            if args.rounds > 1 and floors:
+                print(f"{rate:g} req/s, median of {args.rounds} rounds: " + "; ".join(
+                    f"service / {label.removeprefix('floor: ')} = {statistics.median(r):.2f} "
+                    f"({min(r):.2f}-{max(r):.2f})" for label, r in ratios.items()), flush=True)
         best, rate = 0.0, args.step_from
         while not args.no_step:
             result = measure(h2load_bin, services.grpc_addr, body, rate, args.duration, pids, args, services)

@@ -68,8 +68,16 @@ def test_floors_prints_a_cpu_figure_for_every_piece() -> None:
 
 
 def test_load_drives_the_service_and_both_floors_with_h2load() -> None:
-    out = run_bench("bench.load", "--rates", "40", "--duration", "2", "--no-step", "--connections", "2")
+    out = run_bench("bench.load", "--rates", "40", "--duration", "2", "--no-step", "--connections", "2", "--rounds", "2")
     lines = out.splitlines()
+    median = [line for line in lines if line.startswith("40 req/s, median of 2 rounds: ")]
+    assert len(median) == 1, out
+    for part in median[0].split(": ", 1)[1].split("; "):
+        name, figures = part.split(" = ")
+        assert name in ("service / canned", "service / I/O only"), part
+        figure(figures.split()[0])
+    lines = [line for line in lines if line not in median]
+    assert sum(1 for line in lines if line.startswith("service ")) == 2  # one service step a round
     assert re.match(r"one serve process, (\d+) candidates \((\d+) reached the packer, (\d+) packed\)", lines[0]), out
     header = next(line for line in lines if line.startswith("what"))
     assert header.split()[:8] == list(LOAD_COLUMNS), header
