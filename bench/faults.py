@@ -333,10 +333,6 @@ class H2load:
 
     run: H2loadRun
 
-    @property
-    def started(self) -> float:
-        return self.run.started
-
     @classmethod
     def start(cls, stack: Stack, addr: str, rate: float, duration_s: float, log: Path) -> H2load:
         target = Target(stack.args.h2load, addr, stack.body, stack.args.deadline_ms)
@@ -765,10 +761,21 @@ class Surge:
     machine: dict[str, float]
 
 
+def overload_rates(args: argparse.Namespace) -> tuple[float, float, float]:
+    """(half capacity, 2x capacity, the sampled client's share) of the overload pattern, req/s."""
+    half, over = args.capacity / 2, args.capacity * 2
+    return half, over, max(args.sample_rate, 0.05 * over)
+
+
+def during_surge(calls: list[list], run: Surge, args: argparse.Namespace) -> list[list]:
+    """The sampled calls due while the surge ran."""
+    start = run.start + OVERLOAD_EDGE_S
+    return [c for c in calls if start <= c[0] < start + args.duration]
+
+
 def drive_surge(stack: Stack, addr: str, scrape: Callable[[], Any]) -> Surge:
     args = stack.args
-    half, over = args.capacity / 2, args.capacity * 2
-    sample_rate = max(args.sample_rate, 0.05 * over)
+    half, over, sample_rate = overload_rates(args)
     edge, total = OVERLOAD_EDGE_S, OVERLOAD_EDGE_S * 2 + args.duration
     ticks = machine_ticks()
     start = time.time() + 1.0
@@ -794,8 +801,7 @@ def floor_surge(stack: Stack, response: Path) -> dict[str, Any]:
     with floor_server(response, None, args) as (addr, _pid):
         h2load_run(stack, addr, args.capacity / 2, max(1.0, args.warmup))
         run = drive_surge(stack, addr, lambda: None)
-    edge = OVERLOAD_EDGE_S
-    during = [c for c in run.sampled["calls"] if run.start + edge <= c[0] < run.start + edge + args.duration]
+    during = during_surge(run.sampled["calls"], run, args)
     ok = [c[1] for c in during if c[2] == "OK"]
     surge_all = [r[2] for r in run.surge["rows"] if r[1] == 200]
     return {"sampled_codes": dict(Counter(c[2] for c in during)), "ok_p50_ms": percentile(ok, 0.5),
@@ -807,8 +813,7 @@ def run_overload(stack: Stack) -> dict[str, Any]:
     """2x capacity for ``--duration`` s between 3 s at half capacity before and after; then the
     same against the canned floor (``--no-floor``: not)."""
     args = stack.args
-    half, over = args.capacity / 2, args.capacity * 2
-    sample_rate = max(args.sample_rate, 0.05 * over)
+    half, over, sample_rate = overload_rates(args)
     edge = OVERLOAD_EDGE_S
     serve = start_serve(stack, "overload", {})
     try:
@@ -817,9 +822,6 @@ def run_overload(stack: Stack) -> dict[str, Any]:
         answer.write_bytes(answer_bytes(stack, serve))
         rss_before, before = serve.rss_kib(), serve.metrics()
         run = drive_surge(stack, serve.grpc_addr, serve.metrics)
-        start, sampled, steady_result, surge_result = run.start, run.sampled, run.steady, run.surge
-        at_surge, at_end, surge_scraped, end_scraped, machine = (run.at_surge, run.at_end, run.surge_scraped,
-                                                                 run.end_scraped, run.machine)
         time.sleep(0.5)
         after = serve.metrics()
         rss_after = serve.rss_kib()
@@ -827,19 +829,19 @@ def run_overload(stack: Stack) -> dict[str, Any]:
         serve.stop()
     keep_log(serve, args.logs)
     floor = None if args.no_floor else floor_surge(stack, answer)
-    overload_from, overload_to = start + edge, start + edge + args.duration
-    calls = sampled["calls"]
+    overload_from, overload_to = run.start + edge, run.start + edge + args.duration
+    calls = run.sampled["calls"]
     pre = [c for c in calls if c[0] < overload_from]
-    during = [c for c in calls if overload_from <= c[0] < overload_to]
+    during = during_surge(calls, run, args)
     post = [c for c in calls if c[0] >= overload_to]
     normal_ms = max(OVERLOAD_P99_MS, percentile([c[1] for c in pre if c[2] == "OK"], 0.99))
     abnormal = [c[0] for c in post if c[2] != "OK" or c[1] > normal_ms]
     recovery_s = (max(abnormal) - overload_to) if abnormal else 0.0
-    delta = at_end - at_surge
-    ok_per_s = delta.codes["OK"] / (end_scraped - surge_scraped)
+    delta = run.at_end - run.at_surge
+    ok_per_s = delta.codes["OK"] / (run.end_scraped - run.surge_scraped)
     ok_during = [c[1] for c in during if c[2] == "OK"]
     refused = [c[1] for c in during if c[2] == "RESOURCE_EXHAUSTED"]
-    surge_all = [r[2] for r in surge_result["rows"] if r[1] == 200]
+    surge_all = [r[2] for r in run.surge["rows"] if r[1] == 200]
     whole = after - before
     codes_during = {k: v for k, v in sorted(delta.codes.items())}
     row = {
@@ -854,10 +856,10 @@ def run_overload(stack: Stack) -> dict[str, Any]:
                     "refused_p50_ms": percentile(refused, 0.5), "refused_p99_ms": percentile(refused, 0.99),
                     "refused_max_ms": max(refused, default=float("nan")), "normal_p99_ms": normal_ms},
         "h2load_surge": {"p50_ms": percentile(surge_all, 0.5), "p99_ms": percentile(surge_all, 0.99),
-                         "summary": surge_result["summary"]},
-        "h2load_steady_summary": steady_result["summary"],
-        "recovery_s": recovery_s, "machine": machine, "floor": floor,
-        "timeline": timeline(steady_result["rows"] + surge_result["rows"], calls, start),
+                         "summary": run.surge["summary"]},
+        "h2load_steady_summary": run.steady["summary"],
+        "recovery_s": recovery_s, "machine": run.machine, "floor": floor,
+        "timeline": timeline(run.steady["rows"] + run.surge["rows"], calls, run.start),
         "rss_before_mib": rss_before / 1024, "rss_after_mib": rss_after / 1024,
         "rss_growth_pct": 100.0 * (rss_after - rss_before) / rss_before,
     }

@@ -85,7 +85,6 @@ class H2loadRun:
 
     processes: list[subprocess.Popen[str]]
     logs: list[Path]
-    started: float  # epoch seconds when the first process started
 
     @classmethod
     def start(cls, target: Target, rate: float, duration_s: float, *, connections: int, arrivals: str,
@@ -93,7 +92,6 @@ class H2loadRun:
         processes = connections if arrivals == "staggered" else 1
         logs = [log_stem.with_name(f"{log_stem.name}-{i}.log") for i in range(processes)]
         lines = commands(target, rate, duration_s, connections, arrivals, logs)
-        started = time.time()
         running: list[subprocess.Popen[str]] = []
         try:
             for i, line in enumerate(lines):
@@ -105,7 +103,7 @@ class H2loadRun:
                 process.kill()
                 process.communicate()
             raise
-        return cls(running, logs, started)
+        return cls(running, logs)
 
     def result(self, timeout_s: float) -> Outcome:
         deadline = time.monotonic() + timeout_s

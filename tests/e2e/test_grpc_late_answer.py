@@ -1,7 +1,7 @@
 """An answer that is ready only after the caller's deadline, over real gRPC on loopback.
 
 The condition is made by the test: the use case works (synchronously, as an assembly's CPU-bound
-part does) for longer than the caller's whole deadline, so grpc cannot cancel it on the way and
+part does) for longer than what is left of the caller's deadline when it starts, so grpc cannot cancel it on the way and
 its answer is ready only once the deadline has passed. The caller sees DEADLINE_EXCEEDED, the
 service counts the call DEADLINE_EXCEEDED (never OK), and nothing is logged as an error. (The
 servicer drops such an answer instead of sending it: when grpc-core has ended the call but the
@@ -20,7 +20,7 @@ import pytest
 
 from contracts.ibex.context.v1 import context_pb2 as pb
 from contracts.ibex.context.v1 import context_pb2_grpc as pb_grpc
-from domain.model.operations import FeedbackOutcome
+from domain.model.operations import FeedbackOutcome, FeedbackRequest
 from entrypoints.grpc_api.server import build_server
 from entrypoints.grpc_api.servicer import ContextAssemblyServicer
 from entrypoints.observability.metrics import ServiceMetrics
@@ -31,18 +31,20 @@ pytestmark = pytest.mark.e2e
 
 
 # The deadline is long enough that the call reaches the use case on any machine (a call seen with
-# its deadline already spent never starts), and the work longer than the whole deadline, so its
-# answer is late whenever the call started.
-DEADLINE_S = 1.0
-WORK_S = 1.2
+# its deadline already spent never starts). The work then lasts what was left of the deadline when
+# the call started, and a little more, so its answer is late however late the call started.
+DEADLINE_S = 2.0
+PAST_DEADLINE_S = 0.2
 
 
 class SlowFeedback:
     def __init__(self) -> None:
         self.answered = 0
 
-    async def execute(self, request: object) -> FeedbackOutcome:
-        time.sleep(WORK_S)  # holds the event loop: no cancellation can reach this call before it returns
+    async def execute(self, request: FeedbackRequest) -> FeedbackOutcome:
+        assert request.deadline_s is not None  # the servicer passes the caller's remaining deadline
+        # Holds the event loop: no cancellation can reach this call before it returns.
+        time.sleep(request.deadline_s + PAST_DEADLINE_S)
         self.answered += 1
         return FeedbackOutcome(success=True, updates=())
 
