@@ -74,7 +74,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import grpc
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -89,9 +88,9 @@ from bench.load import (
     machine_share,
     machine_ticks,
     percentile,
+    reference_answer,
 )
 from contracts.ibex.context.v1 import context_pb2 as pb
-from contracts.ibex.context.v1 import context_pb2_grpc as pb_grpc
 from entrypoints.settings import Settings
 from tests.support.memory_server import MemoryServerProcess
 from tests.support.redis_server import RedisServer, free_port
@@ -267,8 +266,7 @@ class Serve:
 def answer_bytes(stack: Stack, serve: Serve) -> bytes:
     """The serialized answer the service gives the benchmark's request (the floor's canned bytes)."""
     request = pb.AssembleContextRequest.FromString(stack.request_file.read_bytes())
-    with grpc.insecure_channel(serve.grpc_addr) as channel:
-        return pb_grpc.ContextAssemblyServiceStub(channel).AssembleContext(request, timeout=5).SerializeToString()
+    return reference_answer(serve.grpc_addr, request).SerializeToString()
 
 
 def start_serve(stack: Stack, name: str, env: dict[str, str]) -> Serve:

@@ -28,10 +28,14 @@ varying share of the time, a ratio from adjacent steps is steadier than one of a
 
 Per step: offered and achieved rate, p50/p95/p99/max (from h2load's per-request log), service CPU
 ms per call (``/proc/<pid>/stat`` of the serve process), the stand-in's and Redis's CPU per call,
-and answers by code. The step-up reports the highest rate with p99 < 40 ms and no errors.
+and answers by code. The step-up reports the highest rate with p99 < 40 ms and no errors. With
+``--step-floors`` the same search then runs against each floor server (by ``--floor-step``): the
+rate this machine and driver allow a server that does almost nothing, which bounds any capacity
+target for this machine.
 
     .venv/bin/python -m bench.load [--rates 300 500] [--duration 20] [--budget 2000] [--deadline-ms 45]
-        [--step-from 300 --step 100] [--no-step] [--no-floors] [--rounds 1] [--connections 4] [--arrivals staggered|aligned]
+        [--step-from 300 --step 100] [--no-step] [--step-floors --floor-step 100] [--no-floors] [--rounds 1]
+        [--connections 4] [--arrivals staggered|aligned]
         [--corpus varied|narrow]
         [--env KEY=VALUE ...]
 """
@@ -285,6 +289,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--step", type=float, default=100.0)
     parser.add_argument("--no-step", action="store_true")
     parser.add_argument("--no-floors", action="store_true")
+    parser.add_argument("--step-floors", action="store_true",
+                        help="after the service's step-up search, the same search against each floor server: what "
+                             "this machine and driver allow a process that does (almost) nothing")
+    parser.add_argument("--floor-step", type=float, default=100.0, help="the floors' step (req/s)")
+    parser.add_argument("--step-to", type=float, default=None,
+                        help="no step above this rate (req/s): a search that passes it reports it as '>= rate'")
     parser.add_argument("--rounds", type=int, default=1,
                         help="service and floors measured this many times in turn at each rate (the median ratio is printed)")
     parser.add_argument("--memories", type=int, default=200)
@@ -297,14 +307,18 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.step <= 0 or args.floor_step <= 0 or args.step_from <= 0:
+        parser.error(f"--step-from, --step and --floor-step must be > 0, got {args.step_from:g}, {args.step:g}, "
+                     f"{args.floor_step:g}")
+    if args.step_floors and (args.no_floors or args.no_step):
+        parser.error("--step-floors needs the floors and the step-up search (drop --no-floors and --no-step)")
     h2load_bin = ensure_h2load()
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="ibex-load-") as folder:
         services = Stack(stack, args)
         request = services.request(args.budget)
         body = Path(folder) / "request.bin"
         body.write_bytes(grpc_frame(request.SerializeToString()))
-        with grpc.insecure_channel(services.grpc_addr) as channel:
-            answer = pb_grpc.ContextAssemblyServiceStub(channel).AssembleContext(request, timeout=5)
+        answer = reference_answer(services.grpc_addr, request)
         reached = sum(1 for m in answer.memories_used if m.exclusion in ("included", "budget"))
         response = Path(folder) / "response.bin"
         response.write_bytes(answer.SerializeToString())
@@ -334,15 +348,47 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{rate:g} req/s, median of {args.rounds} rounds: " + "; ".join(
                     f"service / {label.removeprefix('floor: ')} = {statistics.median(r):.2f} "
                     f"({min(r):.2f}-{max(r):.2f})" for label, r in ratios.items()), flush=True)
-        best, rate = 0.0, args.step_from
-        while not args.no_step:
-            result = measure(h2load_bin, services.grpc_addr, body, rate, args.duration, pids, args, services)
-            print(line("step", result), flush=True)
-            if not passed(result, STREAMS_PER_CONNECTION * args.connections):
-                break
-            best, rate = rate, rate + args.step
-        if not args.no_step:
-            print(f"highest rate with p99 < {P99_LIMIT_MS:.0f} ms and no errors: {best:.0f} req/s")
+        if args.no_step:
+            return
+        best = step_up(h2load_bin, services.grpc_addr, body, pids, args, args.step, "step", services)
+        print(f"highest rate with p99 < {P99_LIMIT_MS:.0f} ms and no errors: {best} req/s", flush=True)
+        if args.step_floors:
+            reached = {label: step_up(h2load_bin, addr, body, floor_pids, args, args.floor_step, f"step: {label}")
+                       for label, addr, floor_pids in floors}
+            print(f"the same search (from {args.step_from:g} req/s by {args.floor_step:g}) against each floor: " + "; ".join(
+                f"{label.removeprefix('floor: ')} {rate} req/s" for label, rate in reached.items()), flush=True)
+
+
+def reference_answer(addr: str, request: pb.AssembleContextRequest, attempts: int = 10) -> pb.AssembleContextResponse:
+    """The first complete (L0: directive, hot and search answered) answer to ``request``: its bytes are what the
+    floors send, and its candidates are what the header reports. A process just started can miss a branch's
+    timeout on its first calls (imports, connections, the tokenizer's first use)."""
+    with grpc.insecure_channel(addr) as channel:
+        stub = pb_grpc.ContextAssemblyServiceStub(channel)
+        for _ in range(attempts):
+            answer = stub.AssembleContext(request, timeout=5)
+            if answer.degradation_level == "L0":
+                return answer
+            time.sleep(0.2)
+    raise RuntimeError(f"no complete answer in {attempts} calls (the last was {answer.degradation_level}): "
+                       "is the memory stand-in answering?")
+
+
+def step_up(h2load_bin: str, addr: str, body: Path, pids: dict[str, int], args: argparse.Namespace, step: float,
+            label: str, stack_: Stack | None = None) -> str:
+    """The highest rate, from ``--step-from`` by ``step``, with p99 < 40 ms and no errors, printed ("0": not even
+    the first; ">= R": every step passed up to ``--step-to``).
+
+    A floor server's answers are not counted by status (it has no metrics): it is judged on h2load's
+    p99, which a call ended by its deadline exceeds (the deadline is 45 ms)."""
+    best, rate = 0.0, args.step_from
+    while args.step_to is None or rate <= args.step_to:
+        result = measure(h2load_bin, addr, body, rate, args.duration, pids, args, stack_)
+        print(line(label, result), flush=True)
+        if not passed(result, STREAMS_PER_CONNECTION * args.connections):
+            return f"{best:.0f}"
+        best, rate = rate, rate + step
+    return f">= {best:.0f}"
 
 
 if __name__ == "__main__":

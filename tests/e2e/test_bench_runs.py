@@ -114,3 +114,19 @@ def test_instructions_without_valgrind_says_so_and_exits_2(tmp_path: Path) -> No
                           capture_output=True, text=True, timeout=120, env=no_valgrind)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "valgrind is not installed" in done.stderr
+
+
+def test_load_runs_the_step_search_against_the_service_and_then_each_floor() -> None:
+    out = run_bench("bench.load", "--rates", "--step-from", "20", "--step", "20", "--step-to", "20", "--step-floors",
+                    "--floor-step", "20", "--duration", "1", "--connections", "2")
+    lines = out.splitlines()
+    steps = [line[:22].strip() for line in lines if line.startswith("step")]
+    # One step each at most (the search stops at --step-to 20), the service's first.
+    assert steps[0] == "step" and sorted(steps[1:]) == ["step: floor: I/O only", "step: floor: canned"], out
+    service = re.search(r"^highest rate with p99 < 40 ms and no errors: (>= )?(\d+) req/s$", out, re.M)
+    floors = re.search(r"^the same search \(from 20 req/s by 20\) against each floor: "
+                       r"canned (>= )?(\d+) req/s; I/O only (>= )?(\d+) req/s$", out, re.M)
+    assert service and floors, out
+    # Each search reached 20 req/s (">= 20": it passed the one step) or nothing ("0"), never another rate.
+    for prefix, rate in (service.groups(), floors.groups()[:2], floors.groups()[2:]):
+        assert (prefix, rate) in ((">= ", "20"), (None, "0")), out
