@@ -21,6 +21,7 @@ DESCRIPTIONS = {
     "tracing_cost": "CPU per assembly with tracing off, on at 100% and at 1% sampling (rounds alternated)",
     "stage_shares": "a py-spy profile of serve (during bench.load) split by assembly stage, as a Markdown table",
     "instructions": "instructions per assembly (use case + proto answer) counted by valgrind: a load-independent A/B figure",
+    "grpc_accept": "how fast grpc.aio hands calls to the servicer while the event loop is held N ms a turn (h2load)",
     "decode": "the memory adapter's strict msgspec decode of hot (50) and search (20) answers vs the old decoder",
 }
 

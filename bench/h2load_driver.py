@@ -118,13 +118,21 @@ class H2loadRun:
             codes.append(process.returncode)
         requests = []
         for log in self.logs:
-            for line in log.read_text().splitlines() if log.exists() else ():
-                fields = line.split("\t")
-                if len(fields) >= 3:
-                    requests.append(Request(int(fields[0]) / 1e6, int(fields[1]), int(fields[2]) / 1000.0))
+            if log.exists():
+                requests.extend(parse_log(log.read_text()))
             log.unlink(missing_ok=True)
         requests.sort(key=lambda r: r.start_s)
         summaries = [_SUMMARY.search(out) for out in outputs]
         summary = ({key: sum(int(s.group(i + 1)) for s in summaries if s) for i, key in enumerate(SUMMARY_KEYS)}
                    if all(summaries) else {})
         return Outcome(tuple(requests), next((c for c in codes if c), 0), summary, "\n".join(outputs))
+
+
+def parse_log(text: str) -> list[Request]:
+    """The requests of one h2load ``--log-file``: start (µs since the epoch), HTTP status, latency (µs), tab-separated."""
+    requests = []
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if len(fields) >= 3:
+            requests.append(Request(int(fields[0]) / 1e6, int(fields[1]), int(fields[2]) / 1000.0))
+    return requests

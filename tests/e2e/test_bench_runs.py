@@ -130,3 +130,16 @@ def test_load_runs_the_step_search_against_the_service_and_then_each_floor() -> 
     # Each search reached 20 req/s (">= 20": it passed the one step) or nothing ("0"), never another rate.
     for prefix, rate in (service.groups(), floors.groups()[:2], floors.groups()[2:]):
         assert (prefix, rate) in ((">= ", "20"), (None, "0")), out
+
+
+def test_grpc_accept_prints_a_row_for_every_load_of_the_loop() -> None:
+    out = run_bench("bench.grpc_accept", "--calls", "10", "--block-ms", "0", "2")
+    lines = out.splitlines()
+    assert lines[0] == "10 calls at once on one connection to a grpc.aio server (uvloop) that answers at once", out
+    assert lines[1].split() == ["loop", "held", "per", "turn", "ms", "all", "answered", "ms", "ms", "per", "call",
+                                "p50", "ms", "p99", "ms", "max", "ms"], out
+    rows = [[figure(cell) for cell in line.split()] for line in lines[2:]]
+    assert [row[0] for row in rows] == [0.0, 2.0], out
+    for _, wall_ms, per_call_ms, p50, p99, longest in rows:
+        assert per_call_ms == pytest.approx(wall_ms / 10, abs=0.01)
+        assert p50 <= p99 <= longest <= wall_ms + 0.1

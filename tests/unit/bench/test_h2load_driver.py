@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.h2load_driver import METHOD_PATH, Target, commands
+from bench.h2load_driver import METHOD_PATH, Request, Target, commands, parse_log
 
 TARGET = Target("h2load", "127.0.0.1:9", Path("/tmp/body.bin"), deadline_ms=45.0)
 
@@ -50,3 +50,8 @@ def test_a_bad_run_is_refused_with_what_is_wrong(arrivals: str, connections: int
                                                  message: str) -> None:
     with pytest.raises(ValueError, match=message):
         commands(TARGET, rate, 1.0, connections, arrivals, [Path(f"l{i}") for i in range(logs)])
+
+
+def test_a_log_line_is_start_status_latency_and_other_lines_are_skipped() -> None:
+    text = "1764626400000000\t200\t1500\n\n1764626400250000\t503\t20000\nprogress: 10% done\n"
+    assert parse_log(text) == [Request(1764626400.0, 200, 1.5), Request(1764626400.25, 503, 20.0)]
