@@ -34,7 +34,7 @@ rate this machine and driver allow a server that does almost nothing, which boun
 target for this machine.
 
     .venv/bin/python -m bench.load [--rates 300 500] [--duration 20] [--budget 2000] [--deadline-ms 45]
-        [--step-from 300 --step 100] [--no-step] [--step-floors --floor-step 100] [--no-floors] [--rounds 1]
+        [--step-from 300 --step 100 --step-to R] [--no-step] [--step-floors --floor-step 100] [--no-floors] [--rounds 1]
         [--connections 4] [--arrivals staggered|aligned]
         [--corpus varied|narrow]
         [--env KEY=VALUE ...]
@@ -310,6 +310,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.step <= 0 or args.floor_step <= 0 or args.step_from <= 0:
         parser.error(f"--step-from, --step and --floor-step must be > 0, got {args.step_from:g}, {args.step:g}, "
                      f"{args.floor_step:g}")
+    if args.step_to is not None and args.step_to < args.step_from:
+        parser.error(f"--step-to must be at least --step-from, got {args.step_to:g} < {args.step_from:g}")
     if args.step_floors and (args.no_floors or args.no_step):
         parser.error("--step-floors needs the floors and the step-up search (drop --no-floors and --no-step)")
     h2load_bin = ensure_h2load()

@@ -23,6 +23,7 @@ def test_a_pair_without_a_key_or_equals_sign_is_refused(bad: str) -> None:
     (["--step-floors", "--no-floors"], "--step-floors needs"),
     (["--floor-step", "0"], "--floor-step must be > 0"),
     (["--step", "-10"], "--floor-step must be > 0, got 300, -10, 100"),
+    (["--step-from", "60", "--step-to", "40"], "--step-to must be at least --step-from, got 40 < 60"),
 ])
 def test_a_step_search_that_cannot_run_is_refused_before_anything_starts(
     argv: list[str], named: str, capsys: pytest.CaptureFixture[str],
