@@ -43,7 +43,7 @@ from grpc_reflection.v1alpha import reflection
 from contracts.ibex.context.v1 import context_pb2 as pb
 from contracts.ibex.context.v1 import context_pb2_grpc as pb_grpc
 from entrypoints.auth.bind_guard import InsecureBindError, bind_guard
-from entrypoints.grpc_api import wire
+from entrypoints.grpc_api import undelivered, wire
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextAssemblyService"].full_name
 HEALTH_NAMES = ("", SERVICE_NAME)
@@ -152,7 +152,8 @@ def build_server(
         has_auth: a caller authentication mode is configured (mTLS CA or principal keys).
         allow_insecure_bind: ``IBEX_CONTEXT_ALLOW_INSECURE_BIND``.
         credentials: TLS credentials (None: plaintext).
-        extra_options: more channel arguments, appended to ``SERVER_OPTIONS``.
+        extra_options: more channel arguments; one that ``SERVER_OPTIONS`` also names replaces its value
+            there (``grpc.so_reuseport`` stays 0).
 
     Returns:
         The server and the bound port.
@@ -166,8 +167,11 @@ def build_server(
         raise ServerStartError(str(exc)) from None
     if warning:
         _log.warning("grpc_insecure_bind", extra={"addr": addr, "detail": warning})
-    options = (*SERVER_OPTIONS, ("grpc.so_reuseport", 0), *extra_options)  # grpc shares ports by default: never
-    server = grpc.aio.server(options=options)
+    undelivered.install()  # grpc's ERROR for an answer it could not send becomes our count and WARNING
+    options = dict(SERVER_OPTIONS)
+    options.update(extra_options)  # each key once: the extra value replaces the default
+    options["grpc.so_reuseport"] = 0  # grpc shares ports by default: never
+    server = grpc.aio.server(options=tuple(options.items()))
     add_service(servicer, server)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

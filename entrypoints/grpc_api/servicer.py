@@ -7,7 +7,9 @@ the refusal says nothing about any tenant), authenticates the caller from the me
 (``wire.decode``: repeated fields counted on the bytes first), binds the request's ids to the
 principal, runs the use case, and records the final status code (OK, CANCELLED when the caller
 went away, DEADLINE_EXCEEDED, or the error's code) in the metrics. An answer ready only after the
-caller's deadline is dropped, not sent (DEADLINE_EXCEEDED): the caller's own timer has fired. The caller's remaining
+caller's deadline is dropped, not sent (DEADLINE_EXCEEDED): the caller's own timer has fired. An answer
+grpc-core could not send (the call ended between that check and the send) is counted again in
+``ibex_context_answers_not_sent_total`` and logged as ``grpc_answer_not_sent`` (``undelivered``). The caller's remaining
 deadline is passed to the use cases as ``deadline_s`` so that the retrieval wall never waits past it.
 
 Failures never ``context.abort``: the status is set (``set_code`` / ``set_details``, the code and
@@ -60,6 +62,7 @@ from entrypoints import translation as translate
 from entrypoints.admission import Admission
 from entrypoints.grpc_api import wire
 from entrypoints.grpc_api.status import DeadlineExpiredError, failure_for
+from entrypoints.grpc_api.undelivered import watch_call
 from entrypoints.observability.correlation import new_request_id
 from entrypoints.observability.metrics import ServiceMetrics
 from entrypoints.observability.tracing import EDGE_OFF, EdgeTracing, ServerSpan, annotate_assembly, annotate_request_ids
@@ -94,6 +97,7 @@ class _Scope:
     call_id: str
     request_id: str  # the caller's, else call_id
     trace_id: str = ""
+    code: str = "OK"  # the code the call was counted with, once it ended
 
 
 @attrs.frozen
@@ -215,6 +219,7 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
         code = grpc.StatusCode.OK
         call_id = new_request_id()
         scope = _Scope(deadline_s=context.time_remaining(), call_id=call_id, request_id=call_id)
+        watch_call(lambda: self._answer_not_sent(rpc, scope))
         with self._metrics.in_flight(SURFACE):
             try:
                 if scope.deadline_s is not None and scope.deadline_s <= 0:
@@ -251,6 +256,7 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
                 return rpc.response_type()
             finally:
                 elapsed = time.perf_counter() - started
+                scope.code = code.name
                 self._metrics.observe_request(SURFACE, rpc.name, code.name, elapsed)
                 span.grpc_status(code.name, code.value[0])
                 level = logging.DEBUG if code == grpc.StatusCode.OK else logging.INFO
@@ -259,6 +265,15 @@ class ContextAssemblyServicer(pb_grpc.ContextAssemblyServiceServicer):
                         "method": rpc.name, "code": code.name, "latency_ms": round(elapsed * 1000, 3),
                         "call_id": scope.call_id, "request_id": scope.request_id[:MAX_ID_CHARS],
                         "request_trace_id": scope.trace_id[:MAX_ID_CHARS]})
+
+    def _answer_not_sent(self, rpc: _Rpc, scope: _Scope) -> None:
+        """grpc-core could not send this call's answer: it had ended first (``undelivered``)."""
+        self._metrics.answer_not_sent(SURFACE, rpc.name, scope.code)
+        _log.warning("grpc_answer_not_sent", extra={
+            "method": rpc.name, "counted_code": scope.code, "call_id": scope.call_id,
+            "request_id": scope.request_id[:MAX_ID_CHARS],
+            "detail": "the call had ended in grpc-core (its deadline, a cancel, the connection, or the send limit) "
+                      "before its answer was sent"})
 
     def _observe_assembly(self, result: AssemblyResult, scope: _Scope) -> None:
         self._metrics.observe_assembly(result)

@@ -34,6 +34,11 @@ class ServiceMetrics:
         self.tokens_used = Histogram("ibex_context_tokens_used", "Tokens of the assembled context", buckets=_TOKEN_BUCKETS, registry=r)
         self.memory_tokens = Histogram("ibex_context_memory_tokens", "Tokens charged for included memories", buckets=_TOKEN_BUCKETS, registry=r)
         self.candidates = Counter("ibex_context_candidates", "Memory candidates by disposition", ("disposition",), registry=r)
+        self.answers_not_sent = Counter(
+            "ibex_context_answers_not_sent",
+            "Answers the transport could not send because the call had already ended (deadline, cancel, connection); "
+            "each is also in ibex_context_requests_total under the code it was counted with",
+            ("surface", "method", "counted_code"), registry=r)
         self.shed = Counter("ibex_context_shed", "Calls refused before they started, by surface and reason",
                             ("surface", "reason"), registry=r)
         self.auth_failures = Counter("ibex_context_auth_failures", "Rejected callers by reason", ("reason",), registry=r)
@@ -62,6 +67,9 @@ class ServiceMetrics:
     def observe_request(self, surface: str, method: str, code: str, seconds: float) -> None:
         self.requests.labels(surface, method, code).inc()
         self.request_latency.labels(surface, method).observe(seconds)
+
+    def answer_not_sent(self, surface: str, method: str, counted_code: str) -> None:
+        self.answers_not_sent.labels(surface, method, counted_code).inc()
 
     def call_shed(self, surface: str, reason: str) -> None:
         self.shed.labels(surface, reason).inc()
