@@ -28,7 +28,7 @@ from pathlib import Path
 import grpc
 import uvloop
 
-from bench.h2load_driver import METHOD_PATH, parse_log
+from bench.h2load_driver import METHOD_PATH, grpc_headers, parse_log
 from bench.load import ensure_h2load, grpc_frame, percentile
 
 SERVICE, METHOD = METHOD_PATH.strip("/").split("/")
@@ -55,7 +55,7 @@ async def burst(h2load_bin: str, addr: str, body: Path, calls: int, block_s: flo
     try:
         process = await asyncio.create_subprocess_exec(
             h2load_bin, f"http://{addr}{METHOD_PATH}", "-d", str(body), "-n", str(calls), "-c", "1", "-m", str(calls),
-            "-H", "content-type: application/grpc", "-H", "te: trailers", f"--log-file={log}",
+            *grpc_headers(), f"--log-file={log}",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         output, _ = await process.communicate()
     finally:

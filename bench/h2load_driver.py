@@ -56,12 +56,18 @@ def commands(target: Target, rate: float, duration_s: float, connections: int, a
     if len(logs) != processes:
         raise ValueError(f"{processes} log paths needed, got {len(logs)}")
     per_process = connections // processes
-    headers = ["-H", "content-type: application/grpc", "-H", "te: trailers"]
-    if target.deadline_ms:
-        headers += ["-H", f"grpc-timeout: {int(target.deadline_ms)}m"]
+    headers = grpc_headers(target.deadline_ms)
     return [[target.h2load, f"http://{target.addr}{METHOD_PATH}", "-d", str(target.body), "-c", str(per_process),
              "-m", str(STREAMS_PER_CONNECTION), f"--rps={rate / connections:g}", "-D", f"{duration_s:g}",
              f"--log-file={log}", *headers] for log in logs]
+
+
+def grpc_headers(deadline_ms: float = 0.0) -> list[str]:
+    """h2load's ``-H`` arguments of a gRPC call (``grpc-timeout`` only with a deadline)."""
+    headers = ["-H", "content-type: application/grpc", "-H", "te: trailers"]
+    if deadline_ms:
+        headers += ["-H", f"grpc-timeout: {int(deadline_ms)}m"]
+    return headers
 
 
 @attrs.frozen
